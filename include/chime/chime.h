@@ -1,0 +1,475 @@
+/* chime: schedule work in time for network servers.
+ *
+ * This header is the whole core API and its normative specification: every
+ * function lists its return codes, which threads may call it, and on which
+ * thread the callbacks it accepts run.
+ *
+ * Conventions
+ * - Every function that can fail returns int: 0 (or a count) on success, a
+ *   negative errno value on failure. chime_strerror() names every code.
+ * - Times are int64_t nanoseconds. Delays are relative to the pool's clock
+ *   (CLOCK_MONOTONIC unless the pool was given another clock). A negative
+ *   delay means 0; deadlines saturate at INT64_MAX instead of wrapping.
+ * - A chime_task handle owns one reference: release it exactly once with
+ *   chime_task_release(). Releasing never cancels. A handle stays valid (its
+ *   outcome readable) after its pool is destroyed, until released.
+ * - A task completes exactly once, with one outcome: done (ran and returned
+ *   0), failed (returned non-zero), cancelled, or rejected. Every waiter sees
+ *   that outcome; no task is left that nobody will ever complete.
+ *
+ * Thread-safety vocabulary used below
+ * - "any thread": callable concurrently from any thread, including from a task
+ *   callback or a hook.
+ * - "not from a task callback": would wait for itself; returns -EDEADLK where
+ *   it can tell.
+ * - "Runs on": the thread a callback is invoked on. No chime lock is ever held
+ *   while a user callback runs, so callbacks may call any chime function
+ *   except where that function says otherwise.
+ */
+#ifndef CHIME_CHIME_H
+#define CHIME_CHIME_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(CHIME_STATIC_DEFINE)
+#define CHIME_EXPORT
+#elif defined(__GNUC__)
+#define CHIME_EXPORT __attribute__((visibility("default")))
+#else
+#define CHIME_EXPORT
+#endif
+
+/* Release version of the library. The ABI version is the SOVERSION. */
+#define CHIME_VERSION_MAJOR 0
+#define CHIME_VERSION_MINOR 1
+#define CHIME_VERSION_PATCH 0
+
+/* Outcome codes that errno has no good name for. Both are negative and far
+ * from every errno value. */
+#define CHIME_EFAILED (-4001)   /* the task's callback reported failure */
+#define CHIME_EREJECTED (-4002) /* the task was rejected (see policies) */
+
+/* Convenience time units, in nanoseconds. */
+#define CHIME_USEC INT64_C(1000)
+#define CHIME_MSEC INT64_C(1000000)
+#define CHIME_SEC INT64_C(1000000000)
+/* A wait/timeout argument meaning "no timeout". Any negative value works. */
+#define CHIME_FOREVER INT64_C(-1)
+
+typedef struct chime_pool chime_pool;
+typedef struct chime_task chime_task;
+
+/* Returns a static, never-NULL description of a code returned by any chime
+ * function (0, a negative errno, CHIME_EFAILED, CHIME_EREJECTED).
+ * Thread-safety: any thread. */
+CHIME_EXPORT const char *chime_strerror(int err);
+
+/* Returns "major.minor.patch". Thread-safety: any thread. */
+CHIME_EXPORT const char *chime_version(void);
+
+/* CLOCK_MONOTONIC now, in nanoseconds. Thread-safety: any thread. */
+CHIME_EXPORT int64_t chime_now_ns(void);
+
+/* ------------------------------------------------------------------------ */
+/* Task callbacks                                                            */
+
+/* A task's body. `self` is the task being run (borrowed: valid for the call;
+ * use it to poll chime_task_interrupted(), or to cancel or re-arm the task).
+ * `*result` starts as NULL; whatever the callback stores there is published
+ * to waiters when a one-shot task completes.
+ * Return 0 for success. Any other value is a failure: the task completes as
+ * failed with that value as its cause (chime_task_error()), a periodic task
+ * is not run again, and the pool's on_error hook is told. Negative errno
+ * values are the recommended causes.
+ * Runs on: a worker thread of the pool, no chime lock held. */
+typedef int (*chime_task_fn)(chime_task *self, void *arg, void **result);
+
+/* ------------------------------------------------------------------------ */
+/* Pool options                                                              */
+
+/* What happens to a submission the pool cannot accept: the pool is shut down
+ * (reason -ESHUTDOWN) or max_pending tasks are already queued (reason
+ * -EAGAIN). Rejections are counted in stats.rejected. */
+typedef enum chime_reject_policy {
+    /* The submission returns the reason; nothing is queued, no handle is
+     * made, nothing leaks. The default. */
+    CHIME_REJECT_ABORT = 0,
+    /* The submission returns 0; the handle (if asked for) completes at once
+     * with outcome "rejected" (wait returns CHIME_EREJECTED). */
+    CHIME_REJECT_DISCARD,
+    /* Capacity: the task nearest to its deadline that has not started is
+     * completed as rejected and the new task is queued in its place.
+     * Shut down: as DISCARD. */
+    CHIME_REJECT_DISCARD_OLDEST,
+    /* Capacity: the calling thread runs the callback once, now, before the
+     * submission returns; a one-shot completes with that run's outcome, a
+     * periodic task completes after that one run as rejected. Shut down: as
+     * DISCARD (a shut-down pool runs nothing new). */
+    CHIME_REJECT_CALLER_RUNS,
+    /* options.on_reject decides; see chime_reject_fn. */
+    CHIME_REJECT_CALL,
+} chime_reject_policy;
+
+/* Custom rejection handler. `task` is already completed as rejected (so
+ * nobody can wait on it forever); chime_task_callback()/chime_task_arg() let
+ * the handler hand the work elsewhere. `reason` is -ESHUTDOWN or -EAGAIN.
+ * The value returned is what the submission call returns (0 accepts the
+ * outcome quietly; a negative errno reports it and no handle is returned).
+ * Runs on: the submitting thread, no chime lock held. */
+typedef int (*chime_reject_fn)(chime_pool *pool, chime_task *task, int reason,
+                               void *ctx);
+
+/* The thread factory. Must start a thread running start(start_arg) with
+ * attributes attr (stack size already applied) and store its id in *tid.
+ * Returns 0 or a positive errno like pthread_create(). The default is
+ * pthread_create(). The created thread must be joinable.
+ * Runs on: the thread whose call needed a new worker (a submitting thread,
+ * chime_pool_prestart(), or a worker), no chime lock held. */
+typedef int (*chime_thread_create_fn)(pthread_t *tid,
+                                      const pthread_attr_t *attr,
+                                      void *(*start)(void *),
+                                      void *start_arg, void *ctx);
+
+/* Thread lifecycle hooks. Run on: the worker thread itself, after it starts
+ * and before it takes a task (start) / after its last task, before it exits
+ * (stop). No chime lock held. */
+typedef void (*chime_thread_hook_fn)(chime_pool *pool, void *ctx);
+
+/* Task hooks. before_run runs before each execution, after_run after it with
+ * the callback's return value (0 or the failure cause); on_error runs after
+ * after_run for every execution that failed (one-shot or periodic).
+ * Runs on: the worker thread that runs the task, no chime lock held. */
+typedef void (*chime_task_hook_fn)(chime_pool *pool, chime_task *task,
+                                   int err, void *ctx);
+
+/* Runs once when the pool terminates, before chime_pool_await_termination()
+ * returns 0 to anyone. Runs on: the thread that completed termination (the
+ * last worker to exit, or the thread calling shutdown / cancel / set_*
+ * that emptied a worker-less pool). No chime lock held. */
+typedef void (*chime_pool_hook_fn)(chime_pool *pool, void *ctx);
+
+/* Clock override, for deterministic tests and simulations. now(ctx) returns
+ * the current time in ns (any origin; must not go backwards). With a custom
+ * clock the pool never sleeps on a timeout for a deadline: it re-reads the
+ * clock when a task is submitted, cancelled or re-armed and when you call
+ * chime_pool_clock_changed(). */
+typedef int64_t (*chime_clock_fn)(void *ctx);
+
+typedef struct chime_pool_options {
+    /* Core worker threads, started lazily as tasks arrive (or by
+     * chime_pool_prestart). 0 is allowed: one worker is started on demand
+     * and exits when the queue is empty. Default 1. */
+    unsigned threads;
+    /* Maximum queued tasks (not counting running ones); 0 = unbounded.
+     * Default 0. */
+    size_t max_pending;
+    /* Worker thread name prefix (pthread_setname_np, truncated to 15 bytes
+     * with the worker number). NULL: "chime". Copied. */
+    const char *name;
+    /* Worker stack size in bytes; 0: the system default. */
+    size_t stack_size;
+
+    chime_thread_create_fn create_thread; /* NULL: pthread_create */
+    chime_thread_hook_fn on_thread_start; /* optional */
+    chime_thread_hook_fn on_thread_stop;  /* optional */
+    chime_task_hook_fn before_run;        /* optional */
+    chime_task_hook_fn after_run;         /* optional */
+    chime_task_hook_fn on_error;          /* optional */
+    chime_pool_hook_fn on_terminated;     /* optional */
+    void *hook_ctx;                       /* passed to every hook above */
+
+    chime_reject_policy reject_policy; /* default CHIME_REJECT_ABORT */
+    chime_reject_fn on_reject;         /* required for CHIME_REJECT_CALL */
+    void *reject_ctx;
+
+    /* Shutdown and cancel policies (Java names in brackets). */
+    bool execute_delayed_after_shutdown;   /* default true  [executeExisting
+                                              DelayedTasksAfterShutdown] */
+    bool continue_periodic_after_shutdown; /* default false [continueExisting
+                                              PeriodicTasksAfterShutdown] */
+    bool remove_on_cancel;                 /* default TRUE (Java: false) */
+
+    chime_clock_fn clock; /* NULL: CLOCK_MONOTONIC */
+    void *clock_ctx;
+} chime_pool_options;
+
+/* Fills *opts with the defaults documented above.
+ * Thread-safety: any thread. */
+CHIME_EXPORT void chime_pool_options_init(chime_pool_options *opts);
+
+/* ------------------------------------------------------------------------ */
+/* Pool lifecycle                                                            */
+
+/* Creates a pool. opts NULL: defaults. No thread is started yet.
+ * Returns: 0, -EINVAL (out NULL; reject_policy out of range or CALL without
+ * on_reject), -ENOMEM, or a pthread error for the pool's mutex/conditions.
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_pool_new(const chime_pool_options *opts,
+                                chime_pool **out);
+
+/* Orderly shutdown: new submissions are rejected; queued one-shots still run
+ * (unless execute_delayed_after_shutdown is false, which cancels the ones not
+ * yet due); queued periodic tasks are cancelled (unless
+ * continue_periodic_after_shutdown); running callbacks finish; workers exit
+ * once nothing is left. Does not wait (see chime_pool_await_termination).
+ * Idempotent. Returns: 0, -EINVAL (pool NULL).
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_pool_shutdown(chime_pool *pool);
+
+/* Abrupt shutdown: like shutdown, then every queued task is removed and
+ * completed as cancelled (so nobody waits on it forever), running callbacks
+ * are flagged interrupted (chime_task_interrupted) and finish, and periodic
+ * tasks are not run again. If tasks is not NULL, *tasks receives a malloc'd
+ * array of the *count removed tasks that never ran, each a handle owning
+ * one reference (release each, then free() the array); *tasks is NULL when
+ * there are none. Returns: 0, -EINVAL (pool NULL; tasks without count),
+ * -ENOMEM (the array: the tasks are still cancelled, none returned).
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_pool_shutdown_now(chime_pool *pool, chime_task ***tasks,
+                                         size_t *count);
+
+/* Waits until the pool has terminated: shut down, queue empty, every worker
+ * exited and the on_terminated hook returned. timeout_ns < 0 waits forever,
+ * 0 polls. Returns: 0 (terminated), -ETIMEDOUT, -EINVAL (pool NULL),
+ * -EDEADLK (called from one of this pool's task callbacks or hooks with a
+ * timeout that would wait for the caller itself).
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_pool_await_termination(chime_pool *pool,
+                                              int64_t timeout_ns);
+
+/* Shuts the pool down now (as chime_pool_shutdown_now, returning nothing),
+ * waits for termination, joins every thread and frees the pool. Handles
+ * still held stay valid (all completed) until released. destroy(NULL) is a
+ * no-op returning 0. Returns: 0, -EDEADLK (called from one of this pool's
+ * workers: nothing is done). Thread-safety: not from a task callback or
+ * hook of this pool; no other call on this pool may race with it or follow
+ * it. */
+CHIME_EXPORT int chime_pool_destroy(chime_pool *pool);
+
+/* Lifecycle predicates. NULL pool: false. Thread-safety: any thread. */
+CHIME_EXPORT bool chime_pool_is_shutdown(chime_pool *pool);
+CHIME_EXPORT bool chime_pool_is_terminating(chime_pool *pool);
+CHIME_EXPORT bool chime_pool_is_terminated(chime_pool *pool);
+
+/* Starts one core worker if fewer than `threads` are running.
+ * Returns: 1 (started), 0 (core already reached), -EINVAL, -ESHUTDOWN, or
+ * the factory's error as a negative errno.
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_pool_prestart(chime_pool *pool);
+/* Starts core workers until `threads` run. Returns: how many were started
+ * (>= 0), -EINVAL, -ESHUTDOWN, or the factory's error if none started. */
+CHIME_EXPORT int chime_pool_prestart_all(chime_pool *pool);
+
+/* Changes the core thread count; surplus idle workers exit, missing ones
+ * start as tasks arrive. Returns: 0, -EINVAL (pool NULL or n > 65536).
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_pool_set_threads(chime_pool *pool, unsigned n);
+/* Returns the core thread count (0 for NULL). */
+CHIME_EXPORT unsigned chime_pool_threads(chime_pool *pool);
+
+/* Policy setters and getters (see chime_pool_options). Setting a shutdown
+ * policy to false after shutdown applies it at once: the tasks it now
+ * forbids are cancelled and removed, which may terminate the pool.
+ * Setters return 0 or -EINVAL (pool NULL); getters return false for NULL.
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_pool_set_execute_delayed_after_shutdown(chime_pool *p,
+                                                               bool on);
+CHIME_EXPORT bool chime_pool_execute_delayed_after_shutdown(chime_pool *p);
+CHIME_EXPORT int chime_pool_set_continue_periodic_after_shutdown(chime_pool *p,
+                                                                 bool on);
+CHIME_EXPORT bool chime_pool_continue_periodic_after_shutdown(chime_pool *p);
+CHIME_EXPORT int chime_pool_set_remove_on_cancel(chime_pool *p, bool on);
+CHIME_EXPORT bool chime_pool_remove_on_cancel(chime_pool *p);
+
+/* Tells a pool with a custom clock that time moved: due tasks are handed to
+ * workers. Harmless with the default clock.
+ * Returns: 0, -EINVAL (pool NULL). Thread-safety: any thread. */
+CHIME_EXPORT int chime_pool_clock_changed(chime_pool *pool);
+
+/* Returns the pool's current time in ns (its clock). 0 for NULL.
+ * Thread-safety: any thread. */
+CHIME_EXPORT int64_t chime_pool_now(chime_pool *pool);
+
+/* ------------------------------------------------------------------------ */
+/* Submission                                                                */
+
+/* Schedules fn(arg) once, delay_ns from now (<= 0: as soon as possible).
+ * Stores a handle owning one reference in *out (out NULL: fire-and-forget;
+ * on failure *out is set to NULL).
+ * Returns: 0; -EINVAL (pool or fn NULL); -ENOMEM; -ESHUTDOWN or -EAGAIN
+ * (rejected, CHIME_REJECT_ABORT or a CALL handler's result); the thread
+ * factory's error as a negative errno when the pool has no worker and none
+ * can be started (the task is not queued: it could never run).
+ * Thread-safety: any thread, including from inside a task.
+ * Runs on: a worker thread, no chime lock held (or the caller, under
+ * CHIME_REJECT_CALLER_RUNS). */
+CHIME_EXPORT int chime_pool_schedule(chime_pool *pool, chime_task_fn fn,
+                                     void *arg, int64_t delay_ns,
+                                     chime_task **out);
+
+/* Periodic at a fixed rate: first run after initial_delay_ns (<= 0: now),
+ * then at initial + k*period_ns on the original schedule (no drift). A late
+ * run is followed by the next one at once; runs never overlap. Stops when
+ * cancelled, when a run fails, or at shutdown (see policies). Its handle
+ * never completes as done.
+ * Returns: as chime_pool_schedule, plus -EINVAL for period_ns <= 0.
+ * Thread-safety / Runs on: as chime_pool_schedule. */
+CHIME_EXPORT int chime_pool_schedule_at_fixed_rate(chime_pool *pool,
+                                                   chime_task_fn fn, void *arg,
+                                                   int64_t initial_delay_ns,
+                                                   int64_t period_ns,
+                                                   chime_task **out);
+
+/* Periodic with a fixed delay: each run starts delay_ns after the previous
+ * one returned. Otherwise as chime_pool_schedule_at_fixed_rate (-EINVAL for
+ * delay_ns <= 0). */
+CHIME_EXPORT int chime_pool_schedule_with_fixed_delay(chime_pool *pool,
+                                                      chime_task_fn fn,
+                                                      void *arg,
+                                                      int64_t initial_delay_ns,
+                                                      int64_t delay_ns,
+                                                      chime_task **out);
+
+/* Runs fn(arg) as soon as possible, no handle (schedule with delay 0 and out
+ * NULL). Returns and runs on: as chime_pool_schedule. */
+CHIME_EXPORT int chime_pool_execute(chime_pool *pool, chime_task_fn fn,
+                                    void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* Queue inspection                                                          */
+
+/* Removes a queued task of this pool and completes it as cancelled.
+ * Returns: 0, -ENOENT (not queued in this pool: running, completed, or
+ * another pool's), -EINVAL (NULL). Thread-safety: any thread. */
+CHIME_EXPORT int chime_pool_remove(chime_pool *pool, chime_task *task);
+/* True if task is queued in this pool (cancelled-but-retained tasks count
+ * while remove_on_cancel is off). Thread-safety: any thread. */
+CHIME_EXPORT bool chime_pool_contains(chime_pool *pool, chime_task *task);
+/* Drops every cancelled task still held in the queue (only possible with
+ * remove_on_cancel off). Returns how many, or -EINVAL.
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_pool_purge(chime_pool *pool);
+
+/* ------------------------------------------------------------------------ */
+/* Statistics                                                                */
+
+typedef struct chime_pool_stats {
+    size_t pending;            /* queued, including retained cancelled */
+    size_t running;            /* callbacks executing now */
+    uint64_t submitted;        /* tasks accepted (Java taskCount basis) */
+    uint64_t completed;        /* executions that returned (each periodic
+                                  run counts) */
+    uint64_t cancelled;        /* tasks completed as cancelled */
+    uint64_t failed;           /* tasks completed as failed */
+    uint64_t rejected;         /* rejected submissions */
+    unsigned threads_alive;    /* workers started and not yet exited */
+    unsigned largest_threads;  /* high-water mark of threads_alive */
+    unsigned core_threads;     /* the `threads` setting */
+    unsigned timed_waiters;    /* workers in a timed wait now (<= 1) */
+    unsigned idle_waiters;     /* workers in an untimed wait now */
+    unsigned max_timed_waiters;/* high-water mark of timed_waiters */
+    uint64_t timed_waits;      /* timed waits started so far */
+    int64_t max_lateness_ns;   /* worst start - deadline seen */
+} chime_pool_stats;
+
+/* Fills *out with a consistent snapshot. Returns 0 or -EINVAL.
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_pool_get_stats(chime_pool *pool, chime_pool_stats *out);
+
+/* ------------------------------------------------------------------------ */
+/* Task handles                                                              */
+
+typedef enum chime_task_state {
+    CHIME_TASK_PENDING = 0, /* queued, waiting for its deadline */
+    CHIME_TASK_RUNNING,     /* a callback is executing */
+    CHIME_TASK_DONE,        /* completed: ran and returned 0 */
+    CHIME_TASK_FAILED,      /* completed: returned non-zero */
+    CHIME_TASK_CANCELLED,   /* completed: cancelled */
+    CHIME_TASK_REJECTED,    /* completed: rejected by a policy */
+} chime_task_state;
+
+/* Cancel flags. */
+#define CHIME_CANCEL_INTERRUPT 1u /* also flag a running callback */
+
+/* Cancels the task. A queued task never runs (it is removed from the queue
+ * at once unless remove_on_cancel is off); a running callback finishes its
+ * current run, its result is discarded, and a periodic task never runs
+ * again. With CHIME_CANCEL_INTERRUPT a running callback sees
+ * chime_task_interrupted() true. Waiters wake at once with -ECANCELED.
+ * Returns: 0 (cancelled by this call), -EALREADY (already completed, for
+ * example done, failed or cancelled), -EINVAL (NULL, unknown flags).
+ * Never blocks on the callback. Thread-safety: any thread, including the
+ * task's own callback. */
+CHIME_EXPORT int chime_task_cancel(chime_task *task, unsigned flags);
+
+/* Moves the task's next run to delay_ns from now (<= 0: now), in O(log n)
+ * and without allocating: the connection-timeout reset. On a queued task it
+ * takes effect at once (it queues behind tasks already due at the same
+ * instant). On a running task (its own callback included) it takes effect
+ * when the run returns 0: a one-shot is queued again instead of completing,
+ * a periodic task's next run is moved. Returns: 0, -EALREADY (completed),
+ * -EINVAL (NULL). Thread-safety: any thread. */
+CHIME_EXPORT int chime_task_rearm(chime_task *task, int64_t delay_ns);
+
+/* Waits until the task completes, at most timeout_ns (< 0: forever, 0:
+ * poll). On return 0, *result (if result not NULL) holds the callback's
+ * result. Returns: 0 (done), CHIME_EFAILED (see chime_task_error),
+ * -ECANCELED, CHIME_EREJECTED, -ETIMEDOUT (not complete yet), -EDEADLK
+ * (called from the task's own callback), -EINVAL (task NULL).
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_task_wait(chime_task *task, int64_t timeout_ns,
+                                 void **result);
+
+/* Current state. Thread-safety: any thread. NULL: CHIME_TASK_REJECTED. */
+CHIME_EXPORT chime_task_state chime_task_get_state(chime_task *task);
+/* True once the task has completed (any outcome). NULL: false. */
+CHIME_EXPORT bool chime_task_is_done(chime_task *task);
+/* True if the task completed as cancelled. NULL: false. */
+CHIME_EXPORT bool chime_task_is_cancelled(chime_task *task);
+/* True for fixed-rate and fixed-delay tasks. NULL: false. */
+CHIME_EXPORT bool chime_task_is_periodic(chime_task *task);
+/* The failure cause returned by the callback of a failed task; for other
+ * outcomes 0 (done, pending, running), -ECANCELED or the rejection reason.
+ * NULL: -EINVAL. Thread-safety: any thread. */
+CHIME_EXPORT int chime_task_error(chime_task *task);
+/* Nanoseconds until the next run is due (negative: overdue). For a
+ * completed task: 0. NULL: 0. Thread-safety: any thread. */
+CHIME_EXPORT int64_t chime_task_remaining(chime_task *task);
+/* True once a cancel with CHIME_CANCEL_INTERRUPT or shutdown_now reached
+ * this task; meant to be polled by its running callback. NULL: false.
+ * Thread-safety: any thread. */
+CHIME_EXPORT bool chime_task_interrupted(chime_task *task);
+/* Sleeps up to ns in the task's callback and returns early when the task is
+ * interrupted or cancelled. Returns: 0 (slept in full), -EINTR (interrupted
+ * or cancelled), -EINVAL. Thread-safety: meant for the task's own callback;
+ * any thread may call it. */
+CHIME_EXPORT int chime_task_sleep(chime_task *task, int64_t ns);
+/* The callback and argument the task was submitted with (for handing tasks
+ * returned by shutdown_now or a reject handler elsewhere). NULL: NULL. */
+CHIME_EXPORT chime_task_fn chime_task_callback(chime_task *task);
+CHIME_EXPORT void *chime_task_arg(chime_task *task);
+
+/* Takes one more reference (for a second owner). Returns task.
+ * Thread-safety: any thread. */
+CHIME_EXPORT chime_task *chime_task_retain(chime_task *task);
+/* Drops one reference; the task is freed when the last one goes (the pool
+ * keeps its own while the task is queued or running). Never cancels.
+ * release(NULL) is a no-op. Returns 0, or -EINVAL when the task is still
+ * alive but has no handle reference left (a double release detected).
+ * A release after the memory was freed cannot be detected.
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_task_release(chime_task *task);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CHIME_CHIME_H */

@@ -1,0 +1,63 @@
+/* Monotonic time and saturating deadline arithmetic.
+ *
+ * Deadlines are absolute int64 nanoseconds on the pool's clock. Adding a
+ * delay saturates at INT64_MAX instead of wrapping, so a huge delay becomes
+ * "the end of time" and never a deadline in the past (Java's JDK-8051859
+ * class of bugs). Comparisons are then plain `<`: with saturation no value
+ * ever wraps, so no subtraction trick is needed.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "internal.h"
+
+#include <time.h>
+
+int64_t
+chime__sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r))
+        return b > 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
+
+int64_t
+chime__deadline_after(int64_t now, int64_t delay)
+{
+    return chime__sat_add(now, delay > 0 ? delay : 0);
+}
+
+int64_t
+chime__monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * CHIME_SEC + ts.tv_nsec;
+}
+
+struct timespec
+chime__abs_timespec(int64_t ns)
+{
+    struct timespec ts;
+    if (ns < 0)
+        ns = 0;
+    ts.tv_sec = (time_t)(ns / CHIME_SEC);
+    ts.tv_nsec = (long)(ns % CHIME_SEC);
+    return ts;
+}
+
+int64_t
+chime_now_ns(void)
+{
+    return chime__monotonic_ns();
+}
+
+const char *
+chime_version(void)
+{
+#define CHIME_STR_(x) #x
+#define CHIME_STR(x) CHIME_STR_(x)
+    return CHIME_STR(CHIME_VERSION_MAJOR) "." CHIME_STR(
+        CHIME_VERSION_MINOR) "." CHIME_STR(CHIME_VERSION_PATCH);
+}

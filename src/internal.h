@@ -1,0 +1,180 @@
+/* Internal definitions shared by the chime sources. Not API. */
+#ifndef CHIME_INTERNAL_H
+#define CHIME_INTERNAL_H
+
+#include "chime/chime.h"
+#include "heap.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#ifdef NDEBUG
+#define CHIME_ASSERT(x) ((void)0)
+#else
+#define CHIME_ASSERT(x) assert(x)
+#endif
+
+#define chime__container_of(ptr, type, member)                                 \
+    ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+/* Saturating deadline arithmetic (clock.c). */
+int64_t chime__deadline_after(int64_t now, int64_t delay);
+int64_t chime__sat_add(int64_t a, int64_t b);
+int64_t chime__monotonic_ns(void);
+/* Absolute CLOCK_MONOTONIC ns -> timespec for pthread_cond_timedwait. */
+struct timespec chime__abs_timespec(int64_t ns);
+
+/* Task kinds. */
+enum {
+    CHIME_KIND_ONESHOT = 0,
+    CHIME_KIND_FIXED_RATE = 1,
+    CHIME_KIND_FIXED_DELAY = 2,
+};
+
+/* Task flag bits (task->flags, guarded by the pool mutex). */
+enum {
+    CHIME_TF_REARM = 1u << 0, /* a re-arm arrived while running */
+};
+
+/* Reference word: bit 31 = the pool holds the task (queued or running);
+ * bits 0..30 = handle references. The task is freed by whoever makes the
+ * word 0. */
+#define CHIME_REF_POOL (UINT32_C(1) << 31)
+#define CHIME_REF_HANDLES (CHIME_REF_POOL - 1)
+
+struct chime_task {
+    int64_t deadline;      /* pool mutex: next due time (pool clock) */
+    uint64_t seq;          /* pool mutex: FIFO tie-break among deadlines */
+    int64_t period;        /* immutable: 0 one-shot, > 0 period/delay */
+    chime_task_fn fn;      /* immutable */
+    void *arg;             /* immutable */
+    struct chime_pool *pool; /* immutable; never dereferenced once the task
+                                has completed (the pool may be gone) */
+    void *result;          /* pool mutex until completion, then immutable */
+    int64_t rearm_deadline;/* pool mutex: pending re-arm of a running task */
+    uint32_t heap_index;   /* pool mutex: slot in pool->heap or HEAP_NONE */
+    _Atomic uint32_t refs; /* see CHIME_REF_* */
+    _Atomic int state;     /* chime_task_state; written under the pool
+                              mutex, read lock-free (terminal states never
+                              change again) */
+    int error;             /* pool mutex until completion, then immutable */
+    uint8_t kind;          /* immutable: CHIME_KIND_* */
+    uint8_t flags;         /* pool mutex: CHIME_TF_* */
+    _Atomic uint8_t interrupted; /* set by cancel(INTERRUPT)/shutdown_now */
+    _Atomic uint8_t poolref; /* this task holds a reference on the pool
+                                (it has, or had, a handle) */
+    struct chime_task *next; /* owner's list link: garbage, shutdown lists */
+};
+
+/* Pool run states, in order; they only move forward. */
+enum {
+    CHIME_POOL_RUNNING = 0,
+    CHIME_POOL_SHUTDOWN,
+    CHIME_POOL_STOP,
+    CHIME_POOL_TIDYING,
+    CHIME_POOL_TERMINATED,
+};
+
+struct chime_worker {
+    struct chime_pool *pool;
+    struct chime_task *current; /* pool mutex: task being run, or NULL */
+    struct chime_worker *prev, *next; /* pool mutex: pool->workers list */
+    struct chime_task *garbage; /* worker-private: tasks to free unlocked */
+    unsigned index;
+};
+
+struct chime_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t leader_cv;   /* only the leader waits here (timed) */
+    pthread_cond_t follower_cv; /* idle workers and followers (untimed) */
+    pthread_cond_t done_cv;     /* task completion: wait() and sleep() */
+    pthread_cond_t term_cv;     /* reaching TERMINATED */
+
+    /* Everything below is guarded by mu unless marked otherwise. */
+    chime_heap heap;
+    uint64_t next_seq;
+    int run_state;
+    struct chime_worker *leader; /* the one timed waiter, or NULL */
+    struct chime_worker *workers;
+    unsigned core;      /* core thread setting */
+    unsigned nthreads;  /* workers started (or being started) and not
+                           yet decided to exit: they may take tasks */
+    unsigned nexiting;  /* workers that decided to exit, still running
+                           their stop hook */
+    unsigned next_index;
+    unsigned waiters;   /* threads in chime_task_wait/chime_task_sleep */
+    bool have_last;     /* last_exited holds a thread to join */
+    pthread_t last_exited;
+    bool destroyed;
+
+    chime_pool_stats st; /* counters; pending/running/threads derived */
+
+    /* Settings: copied at creation; the policy flags change under mu. */
+    size_t max_pending;
+    size_t stack_size;
+    char name[16];
+    chime_thread_create_fn create_thread;
+    chime_thread_hook_fn on_thread_start, on_thread_stop;
+    chime_task_hook_fn before_run, after_run, on_error;
+    chime_pool_hook_fn on_terminated;
+    void *hook_ctx;
+    chime_reject_policy reject_policy;
+    chime_reject_fn on_reject;
+    void *reject_ctx;
+    bool execute_delayed;
+    bool continue_periodic;
+    bool remove_on_cancel;
+    chime_clock_fn clock;
+    void *clock_ctx;
+
+    _Atomic size_t refs; /* owner (until destroy) + tasks with poolref */
+};
+
+static inline int64_t
+chime__pool_now(const struct chime_pool *p)
+{
+    return p->clock ? p->clock(p->clock_ctx) : chime__monotonic_ns();
+}
+
+/* pool.c helpers used by task.c; "_locked": caller holds pool->mu. */
+void chime__complete_locked(struct chime_pool *p, struct chime_task *t,
+                            int state, int err);
+/* Drops the pool's reference on t; a task to free goes on *garbage. */
+void chime__drop_locked(struct chime_task *t, struct chime_task **garbage);
+void chime__free_garbage(struct chime_task *list);
+void chime__new_head_locked(struct chime_pool *p);
+/* May release and re-take mu (to run the terminated hook). */
+void chime__try_terminate_locked(struct chime_pool *p);
+void chime__pool_ref(struct chime_pool *p);
+void chime__pool_unref(struct chime_pool *p);
+/* The task being run by this thread (its callback), or NULL. */
+struct chime_task *chime__current_task(void);
+
+static inline int
+chime__task_state(const struct chime_task *t)
+{
+    return atomic_load_explicit(&t->state, memory_order_acquire);
+}
+
+static inline int
+chime__state_is_final(int s)
+{
+    return s >= CHIME_TASK_DONE;
+}
+
+
+/* task.c: allocation and references. */
+struct chime_task *chime__task_new(struct chime_pool *pool, chime_task_fn fn,
+                                   void *arg, int kind, int64_t period,
+                                   int with_handle);
+/* Drops the pool's reference; frees the task if nothing else holds it. Must
+ * be called without any chime lock held. */
+void chime__task_drop_pool_ref(struct chime_task *t);
+void chime__task_free(struct chime_task *t);
+
+#endif

@@ -1,0 +1,1190 @@
+/* The worker pool: submission, the leader-follower take, shutdown.
+ *
+ * Design notes
+ * - One mutex (pool->mu) guards the heap, every task's state transitions,
+ *   the run state and the counters. User callbacks and hooks never run with
+ *   it held.
+ * - Leader-follower take. At most one worker, the leader, sleeps with a
+ *   timeout: until the head's deadline, on leader_cv, which nobody else
+ *   waits on. Every other idle worker sleeps untimed on follower_cv.
+ *   Invariant: pool->leader != NULL exactly while that worker is inside its
+ *   timed wait. So:
+ *   - a submission (or re-arm) that makes a new head signals the leader if
+ *     there is one (it re-computes its timeout), else one follower (which
+ *     becomes the leader);
+ *   - a worker that takes a task while there is no leader and tasks remain
+ *     signals one follower, handing leadership on: otherwise the remaining
+ *     head could be due with every worker asleep untimed (a lost wake-up);
+ *   - an exiting worker does the same hand-over.
+ *   Only one thread ever wakes for a timer; the others cost nothing.
+ * - Termination: run_state >= SHUTDOWN, queue empty, no worker left
+ *   (nthreads == 0 and nexiting == 0). Then TIDYING, the terminated hook
+ *   (unlocked), TERMINATED, and term_cv is broadcast.
+ * - Threads: every worker is joinable. An exiting worker records itself in
+ *   last_exited and joins the previous one, so joining the last one (in
+ *   destroy) joins them all without keeping a list of dead threads.
+ * - Lock order: pool->mu is the only chime lock (a loop binding's lock, when
+ *   added, is taken after it, never before).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Leader timeouts are capped so no single timed wait is absurdly long;
+ * one spurious wake-up a day costs nothing. */
+#define LEADER_MAX_WAIT (INT64_C(86400) * CHIME_SEC)
+
+static _Thread_local struct chime_worker *tls_worker;
+static _Thread_local struct chime_task *tls_task;
+
+struct chime_task *
+chime__current_task(void)
+{
+    return tls_task;
+}
+
+/* ---- references and completion ---------------------------------------- */
+
+void
+chime__pool_ref(struct chime_pool *p)
+{
+    atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+}
+
+static void
+pool_free_shell(struct chime_pool *p)
+{
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->leader_cv);
+    pthread_cond_destroy(&p->follower_cv);
+    pthread_cond_destroy(&p->done_cv);
+    pthread_cond_destroy(&p->term_cv);
+    free(p);
+}
+
+void
+chime__pool_unref(struct chime_pool *p)
+{
+    if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1)
+        pool_free_shell(p);
+}
+
+void
+chime__complete_locked(struct chime_pool *p, struct chime_task *t, int state,
+                       int err)
+{
+    CHIME_ASSERT(!chime__state_is_final(chime__task_state(t)));
+    t->error = err;
+    t->flags &= (uint8_t)~CHIME_TF_REARM;
+    atomic_store_explicit(&t->state, state, memory_order_release);
+    switch (state) {
+    case CHIME_TASK_CANCELLED:
+        p->st.cancelled++;
+        break;
+    case CHIME_TASK_FAILED:
+        p->st.failed++;
+        break;
+    case CHIME_TASK_REJECTED:
+        p->st.rejected++;
+        break;
+    default:
+        break;
+    }
+    if (p->waiters)
+        pthread_cond_broadcast(&p->done_cv);
+}
+
+void
+chime__drop_locked(struct chime_task *t, struct chime_task **garbage)
+{
+    uint32_t old = atomic_fetch_and_explicit(&t->refs, ~CHIME_REF_POOL,
+                                             memory_order_acq_rel);
+    CHIME_ASSERT(old & CHIME_REF_POOL);
+    if ((old & ~CHIME_REF_POOL) == 0) {
+        t->next = *garbage;
+        *garbage = t;
+    }
+}
+
+void
+chime__free_garbage(struct chime_task *list)
+{
+    while (list) {
+        struct chime_task *next = list->next;
+        chime__task_free(list);
+        list = next;
+    }
+}
+
+void
+chime__new_head_locked(struct chime_pool *p)
+{
+    if (p->leader)
+        pthread_cond_signal(&p->leader_cv);
+    else
+        pthread_cond_signal(&p->follower_cv);
+}
+
+void
+chime__try_terminate_locked(struct chime_pool *p)
+{
+    if (p->run_state != CHIME_POOL_SHUTDOWN && p->run_state != CHIME_POOL_STOP)
+        return;
+    if (p->heap.len != 0 || p->nthreads != 0 || p->nexiting != 0)
+        return;
+    p->run_state = CHIME_POOL_TIDYING;
+    if (p->on_terminated) {
+        pthread_mutex_unlock(&p->mu);
+        p->on_terminated(p, p->hook_ctx);
+        pthread_mutex_lock(&p->mu);
+    }
+    p->run_state = CHIME_POOL_TERMINATED;
+    pthread_cond_broadcast(&p->term_cv);
+}
+
+/* ---- options and creation ---------------------------------------------- */
+
+void
+chime_pool_options_init(chime_pool_options *o)
+{
+    if (o == NULL)
+        return;
+    memset(o, 0, sizeof(*o));
+    o->threads = 1;
+    o->reject_policy = CHIME_REJECT_ABORT;
+    o->execute_delayed_after_shutdown = true;
+    o->continue_periodic_after_shutdown = false;
+    o->remove_on_cancel = true;
+}
+
+static int
+init_cond(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    int rc = pthread_condattr_init(&a);
+    if (rc)
+        return rc;
+    rc = pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+    return rc;
+}
+
+int
+chime_pool_new(const chime_pool_options *opts, chime_pool **out)
+{
+    chime_pool_options defaults;
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    if (opts == NULL) {
+        chime_pool_options_init(&defaults);
+        opts = &defaults;
+    }
+    if ((unsigned)opts->reject_policy > CHIME_REJECT_CALL ||
+        (opts->reject_policy == CHIME_REJECT_CALL && opts->on_reject == NULL) ||
+        opts->threads > 65536)
+        return -EINVAL;
+
+    struct chime_pool *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return -ENOMEM;
+    int rc = pthread_mutex_init(&p->mu, NULL);
+    if (rc) {
+        free(p);
+        return -rc;
+    }
+    pthread_cond_t *cvs[] = {&p->leader_cv, &p->follower_cv, &p->done_cv,
+                             &p->term_cv};
+    for (size_t i = 0; i < sizeof(cvs) / sizeof(cvs[0]); i++) {
+        rc = init_cond(cvs[i]);
+        if (rc) {
+            while (i-- > 0)
+                pthread_cond_destroy(cvs[i]);
+            pthread_mutex_destroy(&p->mu);
+            free(p);
+            return -rc;
+        }
+    }
+    chime__heap_init(&p->heap);
+    p->run_state = CHIME_POOL_RUNNING;
+    p->core = opts->threads;
+    p->max_pending = opts->max_pending;
+    p->stack_size = opts->stack_size;
+    snprintf(p->name, sizeof(p->name), "%s", opts->name ? opts->name : "chime");
+    p->create_thread = opts->create_thread;
+    p->on_thread_start = opts->on_thread_start;
+    p->on_thread_stop = opts->on_thread_stop;
+    p->before_run = opts->before_run;
+    p->after_run = opts->after_run;
+    p->on_error = opts->on_error;
+    p->on_terminated = opts->on_terminated;
+    p->hook_ctx = opts->hook_ctx;
+    p->reject_policy = opts->reject_policy;
+    p->on_reject = opts->on_reject;
+    p->reject_ctx = opts->reject_ctx;
+    p->execute_delayed = opts->execute_delayed_after_shutdown;
+    p->continue_periodic = opts->continue_periodic_after_shutdown;
+    p->remove_on_cancel = opts->remove_on_cancel;
+    p->clock = opts->clock;
+    p->clock_ctx = opts->clock_ctx;
+    atomic_init(&p->refs, 1);
+    *out = p;
+    return 0;
+}
+
+/* ---- workers ----------------------------------------------------------- */
+
+/* May this queued task still run in the current run state? (Java's
+ * canRunInCurrentRunState.) */
+static bool
+can_run_locked(struct chime_pool *p, struct chime_task *t, int64_t now)
+{
+    if (p->run_state == CHIME_POOL_RUNNING)
+        return true;
+    if (p->run_state != CHIME_POOL_SHUTDOWN)
+        return false;
+    if (t->kind != CHIME_KIND_ONESHOT)
+        return p->continue_periodic;
+    return p->execute_delayed || t->deadline <= now;
+}
+
+/* Takes the next due task, waiting as leader or follower. Returns NULL when
+ * this worker must exit (then nthreads has been decremented). */
+static struct chime_task *
+take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
+{
+    for (;;) {
+        if (p->run_state >= CHIME_POOL_STOP)
+            break;
+        /* Surplus workers leave (core lowered, or the on-demand worker of
+         * a zero-core pool). A zero-core pool keeps one while tasks wait. */
+        unsigned keep = p->core ? p->core : (p->heap.len ? 1 : 0);
+        if (p->nthreads > keep)
+            break;
+        struct chime_task *t = chime__heap_peek(&p->heap);
+        if (t == NULL) {
+            if (p->run_state >= CHIME_POOL_SHUTDOWN)
+                break;
+            goto idle;
+        }
+        if (chime__state_is_final(chime__task_state(t))) {
+            /* Cancelled while retained (remove_on_cancel off): drop it. */
+            chime__heap_pop(&p->heap);
+            chime__drop_locked(t, &w->garbage);
+            continue;
+        }
+        int64_t now = chime__pool_now(p);
+        if (t->deadline <= now) {
+            chime__heap_pop(&p->heap);
+            if (p->leader == NULL && p->heap.len != 0)
+                pthread_cond_signal(&p->follower_cv);
+            *now_out = now;
+            return t;
+        }
+        if (p->leader != NULL)
+            goto idle;
+        /* Become the leader: the only timed waiter. */
+        p->leader = w;
+        p->st.timed_waiters++;
+        p->st.timed_waits++;
+        if (p->st.timed_waiters > p->st.max_timed_waiters)
+            p->st.max_timed_waiters = p->st.timed_waiters;
+        if (w->garbage) {
+            /* Never free under the lock, nor sleep holding garbage. */
+            struct chime_task *g = w->garbage;
+            w->garbage = NULL;
+            pthread_mutex_unlock(&p->mu);
+            chime__free_garbage(g);
+            pthread_mutex_lock(&p->mu);
+        }
+        if (p->clock) {
+            /* Custom clock: time moves only when we are told. */
+            pthread_cond_wait(&p->leader_cv, &p->mu);
+        } else {
+            int64_t until = t->deadline;
+            if (until - now > LEADER_MAX_WAIT)
+                until = now + LEADER_MAX_WAIT;
+            struct timespec ts = chime__abs_timespec(until);
+            pthread_cond_timedwait(&p->leader_cv, &p->mu, &ts);
+        }
+        p->st.timed_waiters--;
+        if (p->leader == w)
+            p->leader = NULL;
+        continue;
+    idle:
+        p->st.idle_waiters++;
+        if (w->garbage) {
+            struct chime_task *g = w->garbage;
+            w->garbage = NULL;
+            pthread_mutex_unlock(&p->mu);
+            chime__free_garbage(g);
+            pthread_mutex_lock(&p->mu);
+        }
+        pthread_cond_wait(&p->follower_cv, &p->mu);
+        p->st.idle_waiters--;
+    }
+    p->nthreads--;
+    if (p->leader == NULL && p->heap.len != 0)
+        pthread_cond_signal(&p->follower_cv);
+    return NULL;
+}
+
+/* Runs t (taken from the heap, lock held) and settles its outcome. Returns
+ * with the lock held. */
+static void
+run_locked(struct chime_pool *p, struct chime_worker *w, struct chime_task *t,
+           int64_t now)
+{
+    atomic_store_explicit(&t->state, CHIME_TASK_RUNNING, memory_order_release);
+    t->flags &= (uint8_t)~CHIME_TF_REARM;
+    w->current = t;
+    p->st.running++;
+    if (now - t->deadline > p->st.max_lateness_ns)
+        p->st.max_lateness_ns = now - t->deadline;
+    struct chime_task *g = w->garbage;
+    w->garbage = NULL;
+    pthread_mutex_unlock(&p->mu);
+
+    chime__free_garbage(g);
+    tls_task = t;
+    if (p->before_run)
+        p->before_run(p, t, 0, p->hook_ctx);
+    void *result = NULL;
+    int rc = t->fn(t, t->arg, &result);
+    if (p->after_run)
+        p->after_run(p, t, rc, p->hook_ctx);
+    if (rc != 0 && p->on_error)
+        p->on_error(p, t, rc, p->hook_ctx);
+    tls_task = NULL;
+
+    pthread_mutex_lock(&p->mu);
+    p->st.running--;
+    p->st.completed++;
+    w->current = NULL;
+    int st = chime__task_state(t);
+    if (chime__state_is_final(st)) {
+        /* Cancelled while running: outcome already published. */
+        chime__drop_locked(t, &w->garbage);
+        return;
+    }
+    if (rc != 0) {
+        chime__complete_locked(p, t, CHIME_TASK_FAILED, rc);
+        chime__drop_locked(t, &w->garbage);
+        return;
+    }
+    int64_t next;
+    int64_t end = chime__pool_now(p);
+    if (t->flags & CHIME_TF_REARM)
+        next = t->rearm_deadline;
+    else if (t->kind == CHIME_KIND_FIXED_RATE)
+        next = chime__sat_add(t->deadline, t->period);
+    else if (t->kind == CHIME_KIND_FIXED_DELAY)
+        next = chime__deadline_after(end, t->period);
+    else {
+        t->result = result;
+        chime__complete_locked(p, t, CHIME_TASK_DONE, 0);
+        chime__drop_locked(t, &w->garbage);
+        return;
+    }
+    t->flags &= (uint8_t)~CHIME_TF_REARM;
+    t->deadline = next;
+    atomic_store_explicit(&t->state, CHIME_TASK_PENDING, memory_order_release);
+    if (!can_run_locked(p, t, end)) {
+        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime__drop_locked(t, &w->garbage);
+        return;
+    }
+    t->seq = p->next_seq++;
+    if (chime__heap_push(&p->heap, t) != 0) {
+        /* The queue could not grow to take the next run back. */
+        chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
+        chime__drop_locked(t, &w->garbage);
+        return;
+    }
+    if (t->heap_index == 0 && p->leader)
+        pthread_cond_signal(&p->leader_cv);
+}
+
+static void *
+worker_main(void *arg)
+{
+    struct chime_worker *w = arg;
+    struct chime_pool *p = w->pool;
+    tls_worker = w;
+
+    char name[16];
+    snprintf(name, sizeof(name), "%.10s-%u", p->name, w->index);
+    pthread_setname_np(pthread_self(), name);
+
+    if (p->on_thread_start)
+        p->on_thread_start(p, p->hook_ctx);
+
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        int64_t now;
+        struct chime_task *t = take_locked(p, w, &now);
+        if (t == NULL)
+            break;
+        run_locked(p, w, t, now);
+    }
+    /* nthreads was decremented by take_locked: no task is waiting on us. */
+    p->nexiting++;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        p->workers = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    struct chime_task *g = w->garbage;
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(g);
+
+    if (p->on_thread_stop)
+        p->on_thread_stop(p, p->hook_ctx);
+
+    pthread_mutex_lock(&p->mu);
+    bool join_prev = p->have_last;
+    pthread_t prev = p->last_exited;
+    p->have_last = true;
+    p->last_exited = pthread_self();
+    p->nexiting--;
+    chime__try_terminate_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    if (join_prev)
+        pthread_join(prev, NULL);
+    free(w);
+    tls_worker = NULL;
+    return NULL;
+}
+
+static int
+default_create(pthread_t *tid, const pthread_attr_t *attr,
+               void *(*start)(void *), void *arg, void *ctx)
+{
+    (void)ctx;
+    return pthread_create(tid, attr, start, arg);
+}
+
+/* Starts one worker for a slot already reserved in nthreads. On failure
+ * the slot is given back. Returns 0 or a negative errno. Call unlocked. */
+static int
+spawn(struct chime_pool *p)
+{
+    struct chime_worker *w = calloc(1, sizeof(*w));
+    int rc = w ? 0 : ENOMEM;
+    pthread_attr_t attr;
+    bool have_attr = false;
+    if (rc == 0) {
+        rc = pthread_attr_init(&attr);
+        have_attr = rc == 0;
+    }
+    if (rc == 0 && p->stack_size)
+        rc = pthread_attr_setstacksize(&attr, p->stack_size);
+    if (rc == 0) {
+        w->pool = p;
+        pthread_mutex_lock(&p->mu);
+        w->index = p->next_index++;
+        /* Linked before it runs so shutdown_now can reach its task. */
+        w->next = p->workers;
+        if (p->workers)
+            p->workers->prev = w;
+        p->workers = w;
+        pthread_mutex_unlock(&p->mu);
+        pthread_t tid;
+        chime_thread_create_fn create =
+            p->create_thread ? p->create_thread : default_create;
+        rc = create(&tid, &attr, worker_main, w, p->hook_ctx);
+        if (rc != 0) {
+            pthread_mutex_lock(&p->mu);
+            if (w->prev)
+                w->prev->next = w->next;
+            else
+                p->workers = w->next;
+            if (w->next)
+                w->next->prev = w->prev;
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    if (have_attr)
+        pthread_attr_destroy(&attr);
+    pthread_mutex_lock(&p->mu);
+    if (rc != 0) {
+        p->nthreads--;
+        chime__try_terminate_locked(p);
+    } else {
+        unsigned alive = p->nthreads + p->nexiting;
+        if (alive > p->st.largest_threads)
+            p->st.largest_threads = alive;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (rc != 0) {
+        free(w);
+        return rc > 0 ? -rc : (rc < 0 ? rc : -EAGAIN);
+    }
+    return 0;
+}
+
+/* Reserves a worker slot if the queue needs one. Returns 1 if the caller
+ * must spawn(). */
+static int
+need_worker_locked(struct chime_pool *p)
+{
+    if (p->nthreads < p->core || (p->core == 0 && p->nthreads == 0)) {
+        p->nthreads++;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- submission -------------------------------------------------------- */
+
+static int
+run_in_caller(struct chime_pool *p, struct chime_task *t)
+{
+    struct chime_task *prev = tls_task;
+    atomic_store(&t->state, CHIME_TASK_RUNNING);
+    tls_task = t;
+    void *result = NULL;
+    int rc = t->fn(t, t->arg, &result);
+    tls_task = prev;
+    if (rc != 0 && p->on_error)
+        p->on_error(p, t, rc, p->hook_ctx);
+    struct chime_task *garbage = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (!chime__state_is_final(chime__task_state(t))) {
+        if (rc != 0) {
+            chime__complete_locked(p, t, CHIME_TASK_FAILED, rc);
+        } else if (t->kind == CHIME_KIND_ONESHOT) {
+            t->result = result;
+            chime__complete_locked(p, t, CHIME_TASK_DONE, 0);
+        } else {
+            chime__complete_locked(p, t, CHIME_TASK_REJECTED, -EAGAIN);
+        }
+    }
+    chime__drop_locked(t, &garbage);
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+    return 0;
+}
+
+static int
+submit(struct chime_pool *p, chime_task_fn fn, void *arg, int kind,
+       int64_t delay, int64_t period, chime_task **out)
+{
+    if (out)
+        *out = NULL;
+    if (p == NULL || fn == NULL)
+        return -EINVAL;
+    if (kind != CHIME_KIND_ONESHOT && period <= 0)
+        return -EINVAL;
+    struct chime_task *t = chime__task_new(p, fn, arg, kind, period, out != 0);
+    if (t == NULL)
+        return -ENOMEM;
+
+    struct chime_task *garbage = NULL;
+    pthread_mutex_lock(&p->mu);
+    int reason = 0;
+    if (p->run_state != CHIME_POOL_RUNNING)
+        reason = -ESHUTDOWN;
+    else if (p->max_pending && p->heap.len >= p->max_pending)
+        reason = -EAGAIN;
+    if (reason) {
+        switch (p->reject_policy) {
+        case CHIME_REJECT_DISCARD_OLDEST:
+            if (reason == -EAGAIN) {
+                struct chime_task *victim = chime__heap_pop(&p->heap);
+                if (!chime__state_is_final(chime__task_state(victim)))
+                    chime__complete_locked(p, victim, CHIME_TASK_REJECTED,
+                                           -EAGAIN);
+                chime__drop_locked(victim, &garbage);
+                reason = 0; /* the new task takes its place */
+                break;
+            }
+            /* Shut down: as DISCARD. */
+            /* fall through */
+        case CHIME_REJECT_DISCARD:
+            chime__complete_locked(p, t, CHIME_TASK_REJECTED, reason);
+            chime__drop_locked(t, &garbage);
+            pthread_mutex_unlock(&p->mu);
+            chime__free_garbage(garbage);
+            if (out)
+                *out = t;
+            return 0;
+        case CHIME_REJECT_CALLER_RUNS:
+            if (reason == -EAGAIN) {
+                /* A periodic task is counted when it completes rejected
+                 * after its one run. */
+                if (t->kind == CHIME_KIND_ONESHOT)
+                    p->st.rejected++;
+                pthread_mutex_unlock(&p->mu);
+                run_in_caller(p, t);
+                if (out)
+                    *out = t;
+                return 0;
+            }
+            chime__complete_locked(p, t, CHIME_TASK_REJECTED, reason);
+            chime__drop_locked(t, &garbage);
+            pthread_mutex_unlock(&p->mu);
+            chime__free_garbage(garbage);
+            if (out)
+                *out = t;
+            return 0;
+        case CHIME_REJECT_CALL: {
+            chime__complete_locked(p, t, CHIME_TASK_REJECTED, reason);
+            pthread_mutex_unlock(&p->mu);
+            /* The handler borrows the pool's reference; it may retain. */
+            int rc = p->on_reject(p, t, reason, p->reject_ctx);
+            if (rc != 0 && out)
+                chime_task_release(t);
+            pthread_mutex_lock(&p->mu);
+            chime__drop_locked(t, &garbage);
+            pthread_mutex_unlock(&p->mu);
+            chime__free_garbage(garbage);
+            if (rc == 0 && out)
+                *out = t;
+            return rc;
+        }
+        case CHIME_REJECT_ABORT:
+        default:
+            p->st.rejected++;
+            pthread_mutex_unlock(&p->mu);
+            if (out)
+                chime_task_release(t); /* the handle reference */
+            chime__task_drop_pool_ref(t);
+            return reason;
+        }
+    }
+
+    int64_t now = chime__pool_now(p);
+    t->deadline = chime__deadline_after(now, delay);
+    t->seq = p->next_seq++;
+    if (chime__heap_push(&p->heap, t) != 0) {
+        pthread_mutex_unlock(&p->mu);
+        chime__free_garbage(garbage);
+        if (out)
+            chime_task_release(t);
+        chime__task_drop_pool_ref(t);
+        return -ENOMEM;
+    }
+    p->st.submitted++;
+    if (t->heap_index == 0)
+        chime__new_head_locked(p);
+    int need = need_worker_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+
+    if (need) {
+        int rc = spawn(p);
+        if (rc != 0) {
+            /* No worker at all means the task could never run: take it
+             * back and report (Java accepts it silently; B50). */
+            pthread_mutex_lock(&p->mu);
+            bool take_back = p->nthreads == 0 && p->nexiting == 0 &&
+                             t->heap_index != CHIME_HEAP_NONE &&
+                             chime__task_state(t) == CHIME_TASK_PENDING;
+            if (take_back) {
+                chime__heap_remove(&p->heap, t);
+                p->st.submitted--;
+            }
+            pthread_mutex_unlock(&p->mu);
+            if (take_back) {
+                if (out)
+                    chime_task_release(t);
+                chime__task_drop_pool_ref(t);
+                return rc;
+            }
+        }
+    }
+    if (out)
+        *out = t;
+    return 0;
+}
+
+int
+chime_pool_schedule(chime_pool *p, chime_task_fn fn, void *arg,
+                    int64_t delay_ns, chime_task **out)
+{
+    return submit(p, fn, arg, CHIME_KIND_ONESHOT, delay_ns, 0, out);
+}
+
+int
+chime_pool_schedule_at_fixed_rate(chime_pool *p, chime_task_fn fn, void *arg,
+                                  int64_t initial_delay_ns, int64_t period_ns,
+                                  chime_task **out)
+{
+    return submit(p, fn, arg, CHIME_KIND_FIXED_RATE, initial_delay_ns,
+                  period_ns, out);
+}
+
+int
+chime_pool_schedule_with_fixed_delay(chime_pool *p, chime_task_fn fn,
+                                     void *arg, int64_t initial_delay_ns,
+                                     int64_t delay_ns, chime_task **out)
+{
+    return submit(p, fn, arg, CHIME_KIND_FIXED_DELAY, initial_delay_ns,
+                  delay_ns, out);
+}
+
+int
+chime_pool_execute(chime_pool *p, chime_task_fn fn, void *arg)
+{
+    return submit(p, fn, arg, CHIME_KIND_ONESHOT, 0, 0, NULL);
+}
+
+/* ---- shutdown ---------------------------------------------------------- */
+
+struct shutdown_ctx {
+    struct chime_pool *p;
+    int64_t now;
+};
+
+/* Java's onShutdown(): which queued tasks a shut-down pool drops. */
+static int
+drop_at_shutdown(struct chime_task *t, void *arg)
+{
+    struct shutdown_ctx *c = arg;
+    if (chime__state_is_final(chime__task_state(t)))
+        return 1;
+    return !can_run_locked(c->p, t, c->now);
+}
+
+static void
+on_shutdown_locked(struct chime_pool *p, struct chime_task **garbage)
+{
+    struct shutdown_ctx c = {p, chime__pool_now(p)};
+    struct chime_task *removed = NULL;
+    chime__heap_filter(&p->heap, drop_at_shutdown, &c, &removed);
+    while (removed) {
+        struct chime_task *t = removed;
+        removed = t->next;
+        if (!chime__state_is_final(chime__task_state(t)))
+            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime__drop_locked(t, garbage);
+    }
+    /* Wake everyone: idle workers with nothing left exit, and a leader
+     * waiting for a task that was just dropped re-evaluates. */
+    pthread_cond_broadcast(&p->follower_cv);
+    pthread_cond_broadcast(&p->leader_cv);
+    chime__try_terminate_locked(p);
+}
+
+int
+chime_pool_shutdown(chime_pool *p)
+{
+    if (p == NULL)
+        return -EINVAL;
+    struct chime_task *garbage = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (p->run_state == CHIME_POOL_RUNNING) {
+        p->run_state = CHIME_POOL_SHUTDOWN;
+        on_shutdown_locked(p, &garbage);
+    }
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+    return 0;
+}
+
+static int
+drop_all(struct chime_task *t, void *arg)
+{
+    (void)t;
+    (void)arg;
+    return 1;
+}
+
+int
+chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
+{
+    if (p == NULL || (tasks != NULL && count == NULL))
+        return -EINVAL;
+    if (tasks)
+        *tasks = NULL;
+    if (count)
+        *count = 0;
+
+    struct chime_task *removed = NULL, *garbage = NULL, *never_ran = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&p->mu);
+    if (p->run_state < CHIME_POOL_STOP)
+        p->run_state = CHIME_POOL_STOP;
+    chime__heap_filter(&p->heap, drop_all, NULL, &removed);
+    while (removed) {
+        struct chime_task *t = removed;
+        removed = t->next;
+        if (chime__state_is_final(chime__task_state(t))) {
+            chime__drop_locked(t, &garbage); /* retained cancelled */
+            continue;
+        }
+        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        if (tasks) {
+            /* The pool's reference becomes the caller's handle. */
+            chime_task_retain(t);
+            chime__drop_locked(t, &garbage);
+            t->next = never_ran;
+            never_ran = t;
+            n++;
+        } else {
+            chime__drop_locked(t, &garbage);
+        }
+    }
+    for (struct chime_worker *w = p->workers; w; w = w->next)
+        if (w->current)
+            atomic_store(&w->current->interrupted, 1);
+    if (p->waiters)
+        pthread_cond_broadcast(&p->done_cv);
+    pthread_cond_broadcast(&p->follower_cv);
+    pthread_cond_broadcast(&p->leader_cv);
+    chime__try_terminate_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+
+    if (n == 0)
+        return 0;
+    chime_task **arr = malloc(n * sizeof(*arr));
+    if (arr == NULL) {
+        while (never_ran) {
+            struct chime_task *t = never_ran;
+            never_ran = t->next;
+            chime_task_release(t);
+        }
+        return -ENOMEM;
+    }
+    /* never_ran is in reverse removal order; any order is documented. */
+    size_t i = 0;
+    for (struct chime_task *t = never_ran; t; t = t->next)
+        arr[i++] = t;
+    *tasks = arr;
+    *count = n;
+    return 0;
+}
+
+static bool
+on_own_worker(struct chime_pool *p)
+{
+    return tls_worker != NULL && tls_worker->pool == p;
+}
+
+int
+chime_pool_await_termination(chime_pool *p, int64_t timeout_ns)
+{
+    if (p == NULL)
+        return -EINVAL;
+    if (timeout_ns < 0 && on_own_worker(p))
+        return -EDEADLK;
+    struct timespec ts = chime__abs_timespec(
+        chime__sat_add(chime__monotonic_ns(), timeout_ns > 0 ? timeout_ns : 0));
+    int rc = 0;
+    pthread_mutex_lock(&p->mu);
+    while (p->run_state != CHIME_POOL_TERMINATED) {
+        if (timeout_ns == 0) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        if (timeout_ns < 0) {
+            pthread_cond_wait(&p->term_cv, &p->mu);
+        } else if (pthread_cond_timedwait(&p->term_cv, &p->mu, &ts) ==
+                   ETIMEDOUT) {
+            if (p->run_state != CHIME_POOL_TERMINATED)
+                rc = -ETIMEDOUT;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+int
+chime_pool_destroy(chime_pool *p)
+{
+    if (p == NULL)
+        return 0;
+    if (on_own_worker(p) || (tls_task != NULL && tls_task->pool == p))
+        return -EDEADLK;
+    chime_pool_shutdown_now(p, NULL, NULL);
+    chime_pool_await_termination(p, CHIME_FOREVER);
+    pthread_mutex_lock(&p->mu);
+    bool join = p->have_last;
+    pthread_t last = p->last_exited;
+    p->have_last = false;
+    p->destroyed = true;
+    pthread_mutex_unlock(&p->mu);
+    if (join)
+        pthread_join(last, NULL);
+    chime__heap_free(&p->heap);
+    chime__pool_unref(p);
+    return 0;
+}
+
+bool
+chime_pool_is_shutdown(chime_pool *p)
+{
+    if (p == NULL)
+        return false;
+    pthread_mutex_lock(&p->mu);
+    bool r = p->run_state >= CHIME_POOL_SHUTDOWN;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+bool
+chime_pool_is_terminating(chime_pool *p)
+{
+    if (p == NULL)
+        return false;
+    pthread_mutex_lock(&p->mu);
+    bool r = p->run_state >= CHIME_POOL_SHUTDOWN &&
+             p->run_state < CHIME_POOL_TERMINATED;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+bool
+chime_pool_is_terminated(chime_pool *p)
+{
+    if (p == NULL)
+        return false;
+    pthread_mutex_lock(&p->mu);
+    bool r = p->run_state == CHIME_POOL_TERMINATED;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+/* ---- threads and policies ---------------------------------------------- */
+
+int
+chime_pool_prestart(chime_pool *p)
+{
+    if (p == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&p->mu);
+    int rc = 0;
+    if (p->run_state != CHIME_POOL_RUNNING)
+        rc = -ESHUTDOWN;
+    else if (p->nthreads < p->core) {
+        p->nthreads++;
+        rc = 1;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (rc == 1) {
+        int s = spawn(p);
+        if (s != 0)
+            return s;
+    }
+    return rc;
+}
+
+int
+chime_pool_prestart_all(chime_pool *p)
+{
+    int n = 0;
+    for (;;) {
+        int rc = chime_pool_prestart(p);
+        if (rc < 0)
+            return n ? n : rc;
+        if (rc == 0)
+            return n;
+        n++;
+    }
+}
+
+int
+chime_pool_set_threads(chime_pool *p, unsigned n)
+{
+    if (p == NULL || n > 65536)
+        return -EINVAL;
+    pthread_mutex_lock(&p->mu);
+    p->core = n;
+    /* Surplus idle workers notice and exit. */
+    pthread_cond_broadcast(&p->follower_cv);
+    if (p->leader)
+        pthread_cond_signal(&p->leader_cv);
+    int spawn_n = 0;
+    while (p->run_state == CHIME_POOL_RUNNING && p->heap.len > (size_t)spawn_n &&
+           p->nthreads < p->core) {
+        p->nthreads++;
+        spawn_n++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    while (spawn_n-- > 0)
+        spawn(p);
+    return 0;
+}
+
+unsigned
+chime_pool_threads(chime_pool *p)
+{
+    if (p == NULL)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    unsigned n = p->core;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+static int
+set_policy(chime_pool *p, bool *field, bool on)
+{
+    if (p == NULL)
+        return -EINVAL;
+    struct chime_task *garbage = NULL;
+    pthread_mutex_lock(&p->mu);
+    *field = on;
+    if (!on && p->run_state == CHIME_POOL_SHUTDOWN)
+        on_shutdown_locked(p, &garbage);
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+    return 0;
+}
+
+static bool
+get_policy(chime_pool *p, const bool *field)
+{
+    if (p == NULL)
+        return false;
+    pthread_mutex_lock(&p->mu);
+    bool r = *field;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+int
+chime_pool_set_execute_delayed_after_shutdown(chime_pool *p, bool on)
+{
+    return set_policy(p, p ? &p->execute_delayed : NULL, on);
+}
+
+bool
+chime_pool_execute_delayed_after_shutdown(chime_pool *p)
+{
+    return get_policy(p, p ? &p->execute_delayed : NULL);
+}
+
+int
+chime_pool_set_continue_periodic_after_shutdown(chime_pool *p, bool on)
+{
+    return set_policy(p, p ? &p->continue_periodic : NULL, on);
+}
+
+bool
+chime_pool_continue_periodic_after_shutdown(chime_pool *p)
+{
+    return get_policy(p, p ? &p->continue_periodic : NULL);
+}
+
+int
+chime_pool_set_remove_on_cancel(chime_pool *p, bool on)
+{
+    if (p == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&p->mu);
+    p->remove_on_cancel = on;
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+bool
+chime_pool_remove_on_cancel(chime_pool *p)
+{
+    return get_policy(p, p ? &p->remove_on_cancel : NULL);
+}
+
+int
+chime_pool_clock_changed(chime_pool *p)
+{
+    if (p == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&p->mu);
+    chime__new_head_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+int64_t
+chime_pool_now(chime_pool *p)
+{
+    return p ? chime__pool_now(p) : 0;
+}
+
+/* ---- queue inspection and stats ---------------------------------------- */
+
+int
+chime_pool_remove(chime_pool *p, chime_task *t)
+{
+    if (p == NULL || t == NULL)
+        return -EINVAL;
+    if (t->pool != p)
+        return -ENOENT;
+    struct chime_task *garbage = NULL;
+    int rc = -ENOENT;
+    pthread_mutex_lock(&p->mu);
+    if (t->heap_index != CHIME_HEAP_NONE) {
+        chime__heap_remove(&p->heap, t);
+        if (!chime__state_is_final(chime__task_state(t)))
+            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime__drop_locked(t, &garbage);
+        chime__try_terminate_locked(p);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+    return rc;
+}
+
+bool
+chime_pool_contains(chime_pool *p, chime_task *t)
+{
+    if (p == NULL || t == NULL || t->pool != p)
+        return false;
+    pthread_mutex_lock(&p->mu);
+    bool r = t->heap_index != CHIME_HEAP_NONE;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+static int
+is_cancelled(struct chime_task *t, void *arg)
+{
+    (void)arg;
+    return chime__state_is_final(chime__task_state(t));
+}
+
+int
+chime_pool_purge(chime_pool *p)
+{
+    if (p == NULL)
+        return -EINVAL;
+    struct chime_task *removed = NULL, *garbage = NULL;
+    pthread_mutex_lock(&p->mu);
+    uint32_t n = chime__heap_filter(&p->heap, is_cancelled, NULL, &removed);
+    while (removed) {
+        struct chime_task *t = removed;
+        removed = t->next;
+        chime__drop_locked(t, &garbage);
+    }
+    chime__try_terminate_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+    return (int)n;
+}
+
+int
+chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
+{
+    if (p == NULL || out == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&p->mu);
+    *out = p->st;
+    out->pending = p->heap.len;
+    out->threads_alive = p->nthreads + p->nexiting;
+    out->core_threads = p->core;
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
