@@ -106,6 +106,7 @@ struct chime_pool {
                            yet decided to exit: they may take tasks */
     unsigned nexiting;  /* workers that decided to exit, still running
                            their stop hook */
+    unsigned nlive;     /* worker threads running worker_main now */
     unsigned next_index;
     unsigned waiters;   /* threads in chime_task_wait/chime_task_sleep */
     bool have_last;     /* last_exited holds a thread to join */

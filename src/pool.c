@@ -136,7 +136,17 @@ chime__try_terminate_locked(struct chime_pool *p)
 {
     if (p->run_state != CHIME_POOL_SHUTDOWN && p->run_state != CHIME_POOL_STOP)
         return;
-    if (p->heap.len != 0 || p->nthreads != 0 || p->nexiting != 0)
+    if (p->heap.len != 0)
+        return;
+    if (p->nthreads != 0) {
+        /* Idle workers of a shut-down pool with an empty queue must
+         * exit, but may be asleep waiting for a task that was just
+         * removed (the leader waits untimed with a custom clock). */
+        pthread_cond_broadcast(&p->follower_cv);
+        pthread_cond_signal(&p->leader_cv);
+        return;
+    }
+    if (p->nexiting != 0)
         return;
     p->run_state = CHIME_POOL_TIDYING;
     if (p->on_terminated) {
@@ -256,6 +266,23 @@ can_run_locked(struct chime_pool *p, struct chime_task *t, int64_t now)
     return p->execute_delayed || t->deadline <= now;
 }
 
+/* Frees the tasks this worker dropped, outside the lock (never free under
+ * the lock, nor sleep holding garbage). Returns true if it had to drop the
+ * lock: the caller must then re-evaluate everything it had decided, since
+ * the heap may have changed and a wake-up may have been sent meanwhile. */
+static bool
+release_garbage(struct chime_pool *p, struct chime_worker *w)
+{
+    struct chime_task *g = w->garbage;
+    if (g == NULL)
+        return false;
+    w->garbage = NULL;
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(g);
+    pthread_mutex_lock(&p->mu);
+    return true;
+}
+
 /* Takes the next due task, waiting as leader or follower. Returns NULL when
  * this worker must exit (then nthreads has been decremented). */
 static struct chime_task *
@@ -291,43 +318,35 @@ take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
         }
         if (p->leader != NULL)
             goto idle;
+        if (release_garbage(p, w))
+            continue; /* the lock was dropped: decide again */
         /* Become the leader: the only timed waiter. */
         p->leader = w;
-        p->st.timed_waiters++;
-        p->st.timed_waits++;
-        if (p->st.timed_waiters > p->st.max_timed_waiters)
-            p->st.max_timed_waiters = p->st.timed_waiters;
-        if (w->garbage) {
-            /* Never free under the lock, nor sleep holding garbage. */
-            struct chime_task *g = w->garbage;
-            w->garbage = NULL;
-            pthread_mutex_unlock(&p->mu);
-            chime__free_garbage(g);
-            pthread_mutex_lock(&p->mu);
-        }
         if (p->clock) {
-            /* Custom clock: time moves only when we are told. */
+            /* Custom clock: time moves only when we are told, so the
+             * leader's wait is untimed (and counted as such). */
+            p->st.idle_waiters++;
             pthread_cond_wait(&p->leader_cv, &p->mu);
+            p->st.idle_waiters--;
         } else {
             int64_t until = t->deadline;
             if (until - now > LEADER_MAX_WAIT)
                 until = now + LEADER_MAX_WAIT;
             struct timespec ts = chime__abs_timespec(until);
+            p->st.timed_waiters++;
+            p->st.timed_waits++;
+            if (p->st.timed_waiters > p->st.max_timed_waiters)
+                p->st.max_timed_waiters = p->st.timed_waiters;
             pthread_cond_timedwait(&p->leader_cv, &p->mu, &ts);
+            p->st.timed_waiters--;
         }
-        p->st.timed_waiters--;
         if (p->leader == w)
             p->leader = NULL;
         continue;
     idle:
+        if (release_garbage(p, w))
+            continue;
         p->st.idle_waiters++;
-        if (w->garbage) {
-            struct chime_task *g = w->garbage;
-            w->garbage = NULL;
-            pthread_mutex_unlock(&p->mu);
-            chime__free_garbage(g);
-            pthread_mutex_lock(&p->mu);
-        }
         pthread_cond_wait(&p->follower_cv, &p->mu);
         p->st.idle_waiters--;
     }
@@ -424,6 +443,13 @@ worker_main(void *arg)
     snprintf(name, sizeof(name), "%.10s-%u", p->name, w->index);
     pthread_setname_np(pthread_self(), name);
 
+    pthread_mutex_lock(&p->mu);
+    /* Counted here, not by the creator: a short-lived worker may be gone
+     * before its creator could look. */
+    if (++p->nlive > p->st.largest_threads)
+        p->st.largest_threads = p->nlive;
+    pthread_mutex_unlock(&p->mu);
+
     if (p->on_thread_start)
         p->on_thread_start(p, p->hook_ctx);
 
@@ -456,6 +482,7 @@ worker_main(void *arg)
     p->have_last = true;
     p->last_exited = pthread_self();
     p->nexiting--;
+    p->nlive--;
     chime__try_terminate_locked(p);
     pthread_mutex_unlock(&p->mu);
     if (join_prev)
@@ -515,17 +542,11 @@ spawn(struct chime_pool *p)
     }
     if (have_attr)
         pthread_attr_destroy(&attr);
-    pthread_mutex_lock(&p->mu);
     if (rc != 0) {
+        pthread_mutex_lock(&p->mu);
         p->nthreads--;
         chime__try_terminate_locked(p);
-    } else {
-        unsigned alive = p->nthreads + p->nexiting;
-        if (alive > p->st.largest_threads)
-            p->st.largest_threads = alive;
-    }
-    pthread_mutex_unlock(&p->mu);
-    if (rc != 0) {
+        pthread_mutex_unlock(&p->mu);
         free(w);
         return rc > 0 ? -rc : (rc < 0 ? rc : -EAGAIN);
     }
@@ -1183,7 +1204,7 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
     pthread_mutex_lock(&p->mu);
     *out = p->st;
     out->pending = p->heap.len;
-    out->threads_alive = p->nthreads + p->nexiting;
+    out->threads_alive = p->nlive;
     out->core_threads = p->core;
     pthread_mutex_unlock(&p->mu);
     return 0;

@@ -373,7 +373,9 @@ typedef struct chime_pool_stats {
     unsigned threads_alive;    /* workers started and not yet exited */
     unsigned largest_threads;  /* high-water mark of threads_alive */
     unsigned core_threads;     /* the `threads` setting */
-    unsigned timed_waiters;    /* workers in a timed wait now (<= 1) */
+    unsigned timed_waiters;    /* workers in a timed wait now: the leader
+                                  waiting for the head's deadline (<= 1;
+                                  0 with a custom clock) */
     unsigned idle_waiters;     /* workers in an untimed wait now */
     unsigned max_timed_waiters;/* high-water mark of timed_waiters */
     uint64_t timed_waits;      /* timed waits started so far */

@@ -1,0 +1,15 @@
+# Install-time step: installs chime.pc with its prefix= line set to the
+# prefix being installed to (which `cmake --install --prefix` may override).
+# Set by install(CODE) before this script: CHIME_PC_FILE, CHIME_PC_DEST.
+file(READ "${CHIME_PC_FILE}" pc)
+string(REGEX REPLACE "^prefix=[^\n]*" "prefix=${CMAKE_INSTALL_PREFIX}" pc
+       "${pc}")
+set(staged "${CHIME_PC_FILE}.install")
+file(WRITE "${staged}" "${pc}")
+if(IS_ABSOLUTE "${CHIME_PC_DEST}")
+    set(dest "${CHIME_PC_DEST}")
+else()
+    set(dest "${CMAKE_INSTALL_PREFIX}/${CHIME_PC_DEST}")
+endif()
+file(INSTALL DESTINATION "${dest}" TYPE FILE RENAME chime.pc
+     FILES "${staged}")

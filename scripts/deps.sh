@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the Debian packages chime's build, tests and demo need, if any
+# are missing. Idempotent and quick when everything is present.
+#
+# Usage: scripts/deps.sh [extra-package...]
+set -euo pipefail
+
+packages=(
+    gcc             # compiler; on Debian 12 pulls in libasan8, libtsan2, libubsan1
+    libc6-dev
+    make            # CMake's default generator
+    cmake
+    pkg-config      # finds Criterion and libevent; the pkg-config install test
+    libcriterion-dev
+    libevent-dev
+    "$@"
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+    if [ "$status" != "installed" ]; then
+        missing+=("$p")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+
+echo "deps: installing ${missing[*]}"
+if [ "$(id -u)" -eq 0 ]; then
+    sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+else
+    echo "deps: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Builds chime three times and runs every test in each build:
+#   build-test  Debug, -Werror                    (unit, example, install)
+#   build-tsan  Debug, ThreadSanitizer            (unit, example)
+#   build-asan  Debug, AddressSanitizer + UBSan   (unit, example)
+# Installs missing Debian packages first (scripts/deps.sh).
+#
+# Prints one summary line per build and, last, "N passed, M failed" with the
+# ctest counts over all builds (a build that does not configure or compile
+# counts as one failure). Exits non-zero if anything failed.
+#
+# Usage: scripts/test.sh [test|tsan|asan ...]   (default: all three)
+# CHIME_BUILD_PREFIX (default "build-") names the build directories.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+bash scripts/deps.sh || exit 1
+
+builds=("$@")
+if [ ${#builds[@]} -eq 0 ]; then
+    builds=(test tsan asan)
+fi
+
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+
+total_passed=0
+total_failed=0
+summaries=()
+
+# ThreadSanitizer (GCC 12) aborts with "FATAL: ThreadSanitizer: unexpected
+# memory mapping" on kernels that randomise mmap with more entropy than it
+# expects. Running without address-space randomisation avoids that; probe
+# with a tiny TSan program and use setarch -R only when it is needed.
+tsan_wrapper() {
+    local dir=$1
+    local probe="$dir/tsan-probe"
+    mkdir -p "$dir"
+    printf 'int main(void) { return 0; }\n' >"$probe.c"
+    if ! cc -fsanitize=thread -o "$probe" "$probe.c" 2>"$probe.log"; then
+        cat "$probe.log" >&2
+        return 1
+    fi
+    if "$probe" >"$probe.log" 2>&1; then
+        return 0
+    fi
+    if grep -q "unexpected memory mapping" "$probe.log" &&
+        setarch "$(uname -m)" -R "$probe" >/dev/null 2>&1; then
+        echo "setarch $(uname -m) -R"
+        return 0
+    fi
+    cat "$probe.log" >&2
+    return 1
+}
+
+run_build() {
+    local name=$1
+    local dir="${CHIME_BUILD_PREFIX:-build-}$name"
+    local args=(-DCMAKE_BUILD_TYPE=Debug -DCHIME_WERROR=ON)
+    local wrap=""
+    case $name in
+    test) args+=(-DCHIME_SANITIZER=) ;;
+    tsan) args+=(-DCHIME_SANITIZER=thread) ;;
+    asan) args+=(-DCHIME_SANITIZER=address,undefined) ;;
+    *)
+        echo "test.sh: unknown build '$name' (test, tsan or asan)" >&2
+        return 2
+        ;;
+    esac
+
+    local start=$SECONDS
+    echo
+    echo "=================== $dir: configure and build ==================="
+    if [ "$name" = tsan ]; then
+        if ! wrap=$(tsan_wrapper "$dir"); then
+            summaries+=("$dir: FAILED (ThreadSanitizer cannot run here)")
+            total_failed=$((total_failed + 1))
+            return 1
+        fi
+        [ -n "$wrap" ] && echo "tsan: running tests under '$wrap'"
+    fi
+    if ! cmake -S . -B "$dir" "${args[@]}" ||
+        ! cmake --build "$dir" -j2; then
+        summaries+=("$dir: FAILED to configure or build ($((SECONDS - start)) s)")
+        total_failed=$((total_failed + 1))
+        return 1
+    fi
+
+    echo
+    echo "=================== $dir: ctest ==================="
+    local log="$dir/ctest.log"
+    # shellcheck disable=SC2086 # $wrap is empty or a command and its args
+    $wrap ctest --test-dir "$dir" --output-on-failure --no-tests=error \
+        2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+
+    # "100% tests passed, 0 tests failed out of 7"
+    local line passed failed all
+    line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' \
+        "$log" | tail -n 1)
+    if [ -z "$line" ]; then
+        summaries+=("$dir: FAILED, ctest printed no summary (exit $rc, $((SECONDS - start)) s)")
+        total_failed=$((total_failed + 1))
+        return 1
+    fi
+    failed=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+    all=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
+    passed=$((all - failed))
+    if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+        failed=1 # ctest failed without counting a test (e.g. no tests)
+    fi
+    total_passed=$((total_passed + passed))
+    total_failed=$((total_failed + failed))
+    if [ "$failed" -eq 0 ]; then
+        summaries+=("$dir: OK, $passed/$all tests passed in $((SECONDS - start)) s")
+    else
+        summaries+=("$dir: FAILED, $failed of $all tests failed ($((SECONDS - start)) s)")
+        return 1
+    fi
+}
+
+for b in "${builds[@]}"; do
+    run_build "$b" || true
+done
+
+echo
+echo "=================== summary ==================="
+for s in "${summaries[@]}"; do
+    echo "$s"
+done
+echo "$total_passed passed, $total_failed failed"
+[ "$total_failed" -eq 0 ]

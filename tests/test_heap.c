@@ -1,0 +1,466 @@
+/* The internal (deadline, seq) min-heap (src/heap.h), tested directly on
+ * tasks built here: no pool, no threads.
+ *
+ * The randomised test prints its seed; replay a failure with
+ * CHIME_SEED=<seed> ./test_heap. The delay-queue items of the parity list
+ * (B82-B89) apply to this queue only where it has the operation: ordering
+ * (B83), remove of any element (B88). Blocking take/poll, drainTo and
+ * capacity (B82, B84-B87, B89) belong to the pool's leader-follower wait,
+ * not to the heap, and are covered by the pool tests. */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include "heap.h"
+#include "internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+TestSuite(heap, .timeout = 10);
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static uint64_t
+rng_next(uint64_t *s)
+{
+    /* xorshift64*: small, good enough to shuffle operations. */
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * UINT64_C(2685821657736338717);
+}
+
+static uint64_t
+test_seed(const char *test)
+{
+    const char *env = getenv("CHIME_SEED");
+    uint64_t seed;
+    if (env != NULL && *env != '\0')
+        seed = strtoull(env, NULL, 0);
+    else
+        seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^
+               (uint64_t)chime_now_ns();
+    if (seed == 0)
+        seed = 0x9e3779b97f4a7c15u; /* xorshift needs a non-zero state */
+    fprintf(stderr, "heap::%s: seed %" PRIu64 " (CHIME_SEED to replay)\n", test,
+            seed);
+    cr_log_info("%s: seed %" PRIu64, test, seed);
+    return seed;
+}
+
+static void
+task_init(struct chime_task *t, int64_t deadline, uint64_t seq)
+{
+    memset(t, 0, sizeof(*t));
+    t->deadline = deadline;
+    t->seq = seq;
+    t->heap_index = CHIME_HEAP_NONE;
+}
+
+/* a before b in (deadline, seq) order */
+static bool
+key_less(const struct chime_task *a, const struct chime_task *b)
+{
+    if (a->deadline != b->deadline)
+        return a->deadline < b->deadline;
+    return a->seq < b->seq;
+}
+
+/* Deadlines with many ties and the extremes of the range. */
+static int64_t
+rand_deadline(uint64_t *s)
+{
+    switch (rng_next(s) % 10) {
+    case 0:
+        return INT64_MAX;
+    case 1:
+        return INT64_MIN + 1;
+    case 2:
+        return 0;
+    case 3:
+        return (int64_t)rng_next(s); /* anywhere in the range */
+    default:
+        return (int64_t)(rng_next(s) % 64) - 32; /* ties around 0 */
+    }
+}
+
+/* The reference: an unordered array; its minimum is found by a scan. */
+typedef struct ref_set {
+    struct chime_task **v;
+    size_t n;
+} ref_set;
+
+static size_t
+ref_min(const ref_set *r)
+{
+    size_t m = 0;
+    for (size_t i = 1; i < r->n; i++)
+        if (key_less(r->v[i], r->v[m]))
+            m = i;
+    return m;
+}
+
+static void
+ref_del(ref_set *r, size_t i)
+{
+    r->v[i] = r->v[--r->n];
+}
+
+/* Runs `steps` random operations with at most `max_len` queued tasks. */
+static void
+random_ops(const char *name, size_t steps, size_t max_len)
+{
+    uint64_t seed = test_seed(name);
+    uint64_t rs = seed;
+    struct chime_task *tasks = calloc(steps, sizeof(*tasks));
+    ref_set ref = {calloc(max_len, sizeof(struct chime_task *)), 0};
+    cr_assert(tasks != NULL && ref.v != NULL);
+    size_t used = 0;
+    uint64_t seq = 0;
+    chime_heap h;
+    chime__heap_init(&h);
+
+    for (size_t step = 0; step < steps; step++) {
+        unsigned op = (unsigned)(rng_next(&rs) % 100);
+        /* Bias towards pushes while small, pops while full. */
+        if (ref.n == 0 || (ref.n < max_len && op < 40)) {
+            struct chime_task *t = &tasks[used++];
+            task_init(t, rand_deadline(&rs), seq++);
+            cr_assert_eq(chime__heap_push(&h, t), 0, "seed %" PRIu64, seed);
+            cr_assert_neq(t->heap_index, CHIME_HEAP_NONE);
+            ref.v[ref.n++] = t;
+        } else if (op < 65) {
+            size_t m = ref_min(&ref);
+            struct chime_task *t = chime__heap_pop(&h);
+            cr_assert_eq(t, ref.v[m],
+                         "seed %" PRIu64 " step %zu: popped (%" PRId64
+                         ",%" PRIu64 ") expected (%" PRId64 ",%" PRIu64 ")",
+                         seed, step, t ? t->deadline : 0, t ? t->seq : 0,
+                         ref.v[m]->deadline, ref.v[m]->seq);
+            cr_assert_eq(t->heap_index, CHIME_HEAP_NONE);
+            ref_del(&ref, m);
+        } else if (op < 80) {
+            size_t i = (size_t)(rng_next(&rs) % ref.n);
+            struct chime_task *t = ref.v[i];
+            chime__heap_remove(&h, t);
+            cr_assert_eq(t->heap_index, CHIME_HEAP_NONE, "seed %" PRIu64, seed);
+            ref_del(&ref, i);
+        } else {
+            /* Re-key a random element: a re-arm takes a new seq (it queues
+             * behind equal deadlines), a plain deadline change keeps it. */
+            size_t i = (size_t)(rng_next(&rs) % ref.n);
+            struct chime_task *t = ref.v[i];
+            t->deadline = rand_deadline(&rs);
+            if (op < 90)
+                t->seq = seq++;
+            chime__heap_update(&h, t);
+        }
+        cr_assert_eq(chime__heap_check(&h), 0,
+                     "seed %" PRIu64 " step %zu: heap invariant broken", seed,
+                     step);
+        cr_assert_eq(h.len, ref.n, "seed %" PRIu64 " step %zu", seed, step);
+        if (ref.n > 0)
+            cr_assert_eq(chime__heap_peek(&h), ref.v[ref_min(&ref)],
+                         "seed %" PRIu64 " step %zu: wrong head", seed, step);
+        else
+            cr_assert_null(chime__heap_peek(&h));
+    }
+
+    /* Drain: the rest comes out in reference order. */
+    while (ref.n > 0) {
+        size_t m = ref_min(&ref);
+        cr_assert_eq(chime__heap_pop(&h), ref.v[m], "seed %" PRIu64, seed);
+        ref_del(&ref, m);
+        cr_assert_eq(chime__heap_check(&h), 0, "seed %" PRIu64, seed);
+    }
+    cr_assert_null(chime__heap_pop(&h));
+    chime__heap_free(&h);
+    free(ref.v);
+    free(tasks);
+}
+
+/* ---- tests ------------------------------------------------------------- */
+
+/* B83 (empty queue) */
+Test(heap, empty_heap_peeks_and_pops_null)
+{
+    chime_heap h;
+    chime__heap_init(&h);
+    cr_assert_eq(h.len, 0);
+    cr_assert_null(chime__heap_peek(&h));
+    cr_assert_null(chime__heap_pop(&h));
+    cr_assert_eq(chime__heap_check(&h), 0);
+    cr_assert_eq(chime__heap_reserve(&h), 0);
+    cr_assert_geq(h.cap, 1);
+    cr_assert_eq(h.len, 0);
+    chime__heap_free(&h);
+    chime__heap_free(&h); /* free leaves an empty, reusable heap */
+    cr_assert_null(chime__heap_peek(&h));
+}
+
+/* B83, B88: random push / pop / remove / re-key against a reference. */
+Test(heap, random_operations_match_a_sorted_reference_small)
+{
+    random_ops("small", 20000, 12);
+}
+
+/* B83, B88 */
+Test(heap, random_operations_match_a_sorted_reference_large)
+{
+    random_ops("large", 20000, 1500);
+}
+
+/* B83: scrambled insertion comes out in order; peek equals the next pop. */
+Test(heap, grows_from_zero_to_100k_and_pops_in_order)
+{
+    enum { N = 100000 };
+    uint64_t seed = test_seed("grow");
+    uint64_t rs = seed;
+    struct chime_task *tasks = calloc(N, sizeof(*tasks));
+    cr_assert(tasks != NULL);
+    chime_heap h;
+    chime__heap_init(&h);
+    struct chime_task *min = NULL;
+    for (uint32_t i = 0; i < N; i++) {
+        /* Few distinct deadlines: plenty of ties to order by seq. */
+        task_init(&tasks[i], (int64_t)(rng_next(&rs) % 5000), i);
+        if (i % 2 == 0) {
+            cr_assert_eq(chime__heap_reserve(&h), 0);
+            cr_assert_gt(h.cap, h.len);
+        }
+        cr_assert_eq(chime__heap_push(&h, &tasks[i]), 0);
+        if (min == NULL || key_less(&tasks[i], min))
+            min = &tasks[i];
+        cr_assert_eq(h.len, i + 1);
+        cr_assert_geq(h.cap, h.len);
+        cr_assert_eq(chime__heap_peek(&h), min, "seed %" PRIu64 " i %u", seed,
+                     i);
+        if ((i & (i + 1)) == 0) /* at every power of two */
+            cr_assert_eq(chime__heap_check(&h), 0, "seed %" PRIu64, seed);
+    }
+    cr_assert_eq(chime__heap_check(&h), 0, "seed %" PRIu64, seed);
+
+    struct chime_task *prev = NULL;
+    for (uint32_t i = 0; i < N; i++) {
+        struct chime_task *head = chime__heap_peek(&h);
+        struct chime_task *t = chime__heap_pop(&h);
+        cr_assert_not_null(t);
+        cr_assert_eq(t, head, "peek must equal the next pop");
+        cr_assert_eq(t->heap_index, CHIME_HEAP_NONE);
+        if (prev != NULL)
+            cr_assert(key_less(prev, t),
+                      "seed %" PRIu64 ": (%" PRId64 ",%" PRIu64
+                      ") popped after (%" PRId64 ",%" PRIu64 ")",
+                      seed, t->deadline, t->seq, prev->deadline, prev->seq);
+        prev = t;
+        if (i % 4096 == 0)
+            cr_assert_eq(chime__heap_check(&h), 0, "seed %" PRIu64, seed);
+    }
+    cr_assert_eq(h.len, 0);
+    cr_assert_null(chime__heap_pop(&h));
+    chime__heap_free(&h);
+    free(tasks);
+}
+
+/* B26 at the queue level: deadlines are compared, never subtracted, so the
+ * ends of the int64 range order correctly. */
+Test(heap, extreme_deadlines_order_correctly)
+{
+    static const int64_t d[] = {
+        INT64_MAX,
+        0,
+        INT64_MIN + 1,
+        -1,
+        INT64_MAX - 1,
+        1,
+        INT64_MIN + 2,
+        INT64_MAX / 2 + 1,
+        -(INT64_MAX / 2) - 2,
+    };
+    enum { N = sizeof(d) / sizeof(d[0]) };
+    struct chime_task t[N];
+    chime_heap h;
+    chime__heap_init(&h);
+    for (int i = 0; i < N; i++) {
+        task_init(&t[i], d[i], (uint64_t)i);
+        cr_assert_eq(chime__heap_push(&h, &t[i]), 0);
+        cr_assert_eq(chime__heap_check(&h), 0);
+    }
+    int64_t prev = INT64_MIN;
+    for (int i = 0; i < N; i++) {
+        struct chime_task *x = chime__heap_pop(&h);
+        cr_assert_not_null(x);
+        cr_assert_geq(x->deadline, prev, "%" PRId64 " popped after %" PRId64,
+                      x->deadline, prev);
+        prev = x->deadline;
+        cr_assert_eq(chime__heap_check(&h), 0);
+    }
+    cr_assert_eq(prev, INT64_MAX);
+    chime__heap_free(&h);
+}
+
+/* B17 at the queue level: equal deadlines pop in seq (submission) order,
+ * whatever the insertion order. */
+Test(heap, equal_deadlines_pop_in_seq_order)
+{
+    enum { N = 64 };
+    uint64_t rs = test_seed("ties");
+    uint64_t perm[N];
+    for (int i = 0; i < N; i++)
+        perm[i] = (uint64_t)i;
+    for (int i = N - 1; i > 0; i--) {
+        int j = (int)(rng_next(&rs) % (uint64_t)(i + 1));
+        uint64_t x = perm[i];
+        perm[i] = perm[j];
+        perm[j] = x;
+    }
+    struct chime_task t[N];
+    chime_heap h;
+    chime__heap_init(&h);
+    for (int i = 0; i < N; i++) {
+        task_init(&t[i], 12345, perm[i]);
+        cr_assert_eq(chime__heap_push(&h, &t[i]), 0);
+    }
+    cr_assert_eq(chime__heap_check(&h), 0);
+    for (uint64_t s = 0; s < N; s++) {
+        struct chime_task *x = chime__heap_pop(&h);
+        cr_assert_not_null(x);
+        cr_assert_eq(x->seq, s, "popped seq %" PRIu64 ", expected %" PRIu64,
+                     x->seq, s);
+    }
+    chime__heap_free(&h);
+}
+
+/* B88: removal of any element (head, last slot, middle, only element). */
+Test(heap, remove_works_for_head_middle_last_and_only_element)
+{
+    enum { N = 15 };
+    struct chime_task t[N];
+    chime_heap h;
+    chime__heap_init(&h);
+    for (int i = 0; i < N; i++) {
+        task_init(&t[i], (int64_t)(N - i) * 10, (uint64_t)i);
+        cr_assert_eq(chime__heap_push(&h, &t[i]), 0);
+    }
+    /* head */
+    struct chime_task *head = chime__heap_peek(&h);
+    cr_assert_eq(head, &t[N - 1]);
+    chime__heap_remove(&h, head);
+    cr_assert_eq(head->heap_index, CHIME_HEAP_NONE);
+    cr_assert_eq(chime__heap_check(&h), 0);
+    cr_assert_eq(chime__heap_peek(&h), &t[N - 2]);
+    /* whatever sits in the last slot */
+    struct chime_task *last = h.slots[h.len - 1].task;
+    chime__heap_remove(&h, last);
+    cr_assert_eq(last->heap_index, CHIME_HEAP_NONE);
+    cr_assert_eq(chime__heap_check(&h), 0);
+    /* a middle one */
+    struct chime_task *mid = h.slots[h.len / 2].task;
+    chime__heap_remove(&h, mid);
+    cr_assert_eq(chime__heap_check(&h), 0);
+    cr_assert_eq(h.len, N - 3);
+    /* the survivors pop in order and none of the removed shows up */
+    struct chime_task *prev = NULL;
+    while (h.len > 0) {
+        struct chime_task *x = chime__heap_pop(&h);
+        cr_assert(x != head && x != last && x != mid);
+        if (prev != NULL)
+            cr_assert(key_less(prev, x));
+        prev = x;
+    }
+    /* the only element */
+    struct chime_task one;
+    task_init(&one, 5, 99);
+    cr_assert_eq(chime__heap_push(&h, &one), 0);
+    chime__heap_remove(&h, &one);
+    cr_assert_eq(h.len, 0);
+    cr_assert_null(chime__heap_peek(&h));
+    cr_assert_eq(chime__heap_check(&h), 0);
+    chime__heap_free(&h);
+}
+
+/* A re-key moves the task up or down (the connection-timeout reset). */
+Test(heap, update_moves_a_task_up_and_down)
+{
+    enum { N = 20 };
+    struct chime_task t[N];
+    chime_heap h;
+    chime__heap_init(&h);
+    for (int i = 0; i < N; i++) {
+        task_init(&t[i], (int64_t)i * 100, (uint64_t)i);
+        cr_assert_eq(chime__heap_push(&h, &t[i]), 0);
+    }
+    /* later: the head goes to the back */
+    t[0].deadline = 1000000;
+    chime__heap_update(&h, &t[0]);
+    cr_assert_eq(chime__heap_check(&h), 0);
+    cr_assert_eq(chime__heap_peek(&h), &t[1]);
+    /* earlier: a deep element becomes the head */
+    t[N - 1].deadline = -5;
+    chime__heap_update(&h, &t[N - 1]);
+    cr_assert_eq(chime__heap_check(&h), 0);
+    cr_assert_eq(chime__heap_peek(&h), &t[N - 1]);
+    /* same deadline as another, larger seq: queues behind it */
+    t[5].deadline = t[3].deadline;
+    t[5].seq = 1000;
+    chime__heap_update(&h, &t[5]);
+    cr_assert_eq(chime__heap_check(&h), 0);
+    static const int order[] = {19, 1,  2,  3,  5,  4,  6,  7,  8,  9,
+                                10, 11, 12, 13, 14, 15, 16, 17, 18, 0};
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(chime__heap_pop(&h), &t[order[i]], "pop %d", i);
+    chime__heap_free(&h);
+}
+
+static int
+drop_odd_seq(struct chime_task *t, void *ctx)
+{
+    (*(int *)ctx)++;
+    return (int)(t->seq & 1);
+}
+
+/* B35/B36 at the queue level: filter (purge, shutdown) removes exactly the
+ * chosen tasks, links them, and leaves a valid heap. */
+Test(heap, filter_removes_the_chosen_tasks_and_keeps_a_valid_heap)
+{
+    enum { N = 300 };
+    uint64_t rs = test_seed("filter");
+    struct chime_task *t = calloc(N, sizeof(*t));
+    cr_assert(t != NULL);
+    chime_heap h;
+    chime__heap_init(&h);
+    for (int i = 0; i < N; i++) {
+        task_init(&t[i], rand_deadline(&rs), (uint64_t)i);
+        cr_assert_eq(chime__heap_push(&h, &t[i]), 0);
+    }
+    struct chime_task *removed = NULL;
+    int calls = 0;
+    uint32_t n = chime__heap_filter(&h, drop_odd_seq, &calls, &removed);
+    cr_assert_eq(n, N / 2);
+    cr_assert_eq(calls, N);
+    cr_assert_eq(h.len, N / 2);
+    cr_assert_eq(chime__heap_check(&h), 0);
+    int listed = 0;
+    for (struct chime_task *x = removed; x != NULL; x = x->next) {
+        cr_assert_eq(x->seq & 1, 1);
+        cr_assert_eq(x->heap_index, CHIME_HEAP_NONE);
+        listed++;
+    }
+    cr_assert_eq(listed, N / 2);
+    struct chime_task *prev = NULL;
+    while (h.len > 0) {
+        struct chime_task *x = chime__heap_pop(&h);
+        cr_assert_eq(x->seq & 1, 0);
+        if (prev != NULL)
+            cr_assert(key_less(prev, x));
+        prev = x;
+    }
+    chime__heap_free(&h);
+    free(t);
+}
