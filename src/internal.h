@@ -69,6 +69,10 @@ struct chime_task {
     _Atomic uint8_t poolref; /* this task holds a reference on the pool
                                 (it has, or had, a handle) */
     struct chime_task *next; /* owner's list link: garbage, shutdown lists */
+    struct chime_loop *loop; /* immutable: the binding whose thread runs it,
+                                or NULL for a worker task */
+    uint8_t ready;         /* loop->mu: in loop's ready ring; heap_index
+                              then holds the ring position */
 };
 
 /* Pool run states, in order; they only move forward. */
@@ -112,6 +116,10 @@ struct chime_pool {
     bool have_last;     /* last_exited holds a thread to join */
     pthread_t last_exited;
     bool destroyed;
+    struct chime_loop *loops; /* open bindings (mu) */
+    unsigned fork_gen;        /* chime__fork_gen at creation */
+    /* Mirror of run_state == RUNNING for lock-free readers (posts). */
+    _Atomic bool accepting;
 
     chime_pool_stats st; /* counters; pending/running/threads derived */
 
@@ -136,6 +144,34 @@ struct chime_pool {
     _Atomic size_t refs; /* owner (until destroy) + tasks with poolref */
 };
 
+/* A binding: see loop.c for the design notes. */
+struct chime_loop {
+    pthread_mutex_t mu;
+    struct chime_pool *pool;  /* immutable */
+    int efd;                  /* mu: the eventfd; -1 once closed */
+    bool signalled;           /* mu: efd has been written and not read */
+    bool closed;              /* pool->mu and mu to write; either to read */
+    bool dispatching;         /* mu: a dispatch is running callbacks */
+    bool has_owner;           /* mu */
+    pthread_t owner;          /* mu: the loop thread */
+    struct chime_task **ring; /* mu: ready queue, cap a power of two */
+    uint32_t head, tail, cap; /* mu: absolute positions, wrap freely */
+    size_t live;              /* mu: ring entries that are not tombstones */
+    unsigned batch_limit;     /* immutable */
+    unsigned fork_gen;        /* immutable */
+    chime_loop_stats st;      /* mu */
+    struct chime_loop *prev, *next; /* pool->mu: pool->loops list */
+};
+
+/* fork detection: bumped in every child by a pthread_atfork handler. */
+extern _Atomic unsigned chime__fork_gen;
+void chime__fork_init(void);
+static inline bool
+chime__forked(unsigned gen)
+{
+    return atomic_load_explicit(&chime__fork_gen, memory_order_relaxed) != gen;
+}
+
 static inline int64_t
 chime__pool_now(const struct chime_pool *p)
 {
@@ -155,6 +191,28 @@ void chime__pool_ref(struct chime_pool *p);
 void chime__pool_unref(struct chime_pool *p);
 /* The task being run by this thread (its callback), or NULL. */
 struct chime_task *chime__current_task(void);
+struct chime_task *chime__set_current_task(struct chime_task *t);
+/* Settles a task whose callback just returned rc (lock held): completes it
+ * or requeues it (periodic, re-armed). from_worker: the caller is a worker
+ * that will look at the heap itself, so a new head needs no extra wake-up. */
+void chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
+                          void *result, bool from_worker,
+                          struct chime_task **garbage);
+/* Submission shared by pool and loop entry points. */
+int chime__submit(struct chime_pool *p, struct chime_loop *loop,
+                  chime_task_fn fn, void *arg, int kind, int64_t delay,
+                  int64_t period, chime_task **out);
+/* Handles a rejected submission; called with pool->mu held, returns with
+ * it released. */
+int chime__reject_unlock(struct chime_pool *p, struct chime_task *t,
+                         int reason, chime_task **out);
+/* loop.c, all with pool->mu and loop->mu held. */
+int chime__loop_push_locked(struct chime_loop *l, struct chime_task *t);
+void chime__loop_unqueue_locked(struct chime_loop *l, struct chime_task *t);
+/* Cancels every ready task of l matching (periodic only / all); loop->mu
+ * and pool->mu held. */
+void chime__loop_cancel_ready_locked(struct chime_loop *l, bool periodic_only,
+                                     struct chime_task **garbage);
 
 static inline int
 chime__task_state(const struct chime_task *t)

@@ -49,6 +49,37 @@ chime__current_task(void)
     return tls_task;
 }
 
+struct chime_task *
+chime__set_current_task(struct chime_task *t)
+{
+    struct chime_task *prev = tls_task;
+    tls_task = t;
+    return prev;
+}
+
+_Atomic unsigned chime__fork_gen;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void
+fork_child(void)
+{
+    /* Every pool and binding made before the fork now belongs to the
+     * parent: their locks may be held by threads that do not exist here. */
+    atomic_fetch_add_explicit(&chime__fork_gen, 1, memory_order_relaxed);
+}
+
+static void
+fork_register(void)
+{
+    pthread_atfork(NULL, NULL, fork_child);
+}
+
+void
+chime__fork_init(void)
+{
+    pthread_once(&fork_once, fork_register);
+}
+
 /* ---- references and completion ---------------------------------------- */
 
 void
@@ -203,6 +234,7 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
         opts->threads > 65536)
         return -EINVAL;
 
+    chime__fork_init();
     struct chime_pool *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return -ENOMEM;
@@ -246,6 +278,8 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     p->clock = opts->clock;
     p->clock_ctx = opts->clock_ctx;
     atomic_init(&p->refs, 1);
+    atomic_init(&p->accepting, true);
+    p->fork_gen = atomic_load(&chime__fork_gen);
     *out = p;
     return 0;
 }
@@ -264,6 +298,24 @@ can_run_locked(struct chime_pool *p, struct chime_task *t, int64_t now)
     if (t->kind != CHIME_KIND_ONESHOT)
         return p->continue_periodic;
     return p->execute_delayed || t->deadline <= now;
+}
+
+/* Moves a due loop task (already popped) to its binding's ready queue. */
+static void
+move_to_loop_locked(struct chime_pool *p, struct chime_task *t,
+                    struct chime_task **garbage)
+{
+    struct chime_loop *l = t->loop;
+    pthread_mutex_lock(&l->mu);
+    int rc = l->closed ? -ECANCELED : chime__loop_push_locked(l, t);
+    pthread_mutex_unlock(&l->mu);
+    if (rc != 0) {
+        chime__complete_locked(p, t,
+                               rc == -ECANCELED ? CHIME_TASK_CANCELLED
+                                                : CHIME_TASK_FAILED,
+                               rc);
+        chime__drop_locked(t, garbage);
+    }
 }
 
 /* Frees the tasks this worker dropped, outside the lock (never free under
@@ -309,6 +361,13 @@ take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
             continue;
         }
         int64_t now = chime__pool_now(p);
+        if (t->deadline <= now && t->loop != NULL) {
+            /* Due on a loop: hand it over and keep going; the callback
+             * runs on the loop thread, never here. */
+            chime__heap_pop(&p->heap);
+            move_to_loop_locked(p, t, &w->garbage);
+            continue;
+        }
         if (t->deadline <= now) {
             chime__heap_pop(&p->heap);
             if (p->leader == NULL && p->heap.len != 0)
@@ -356,6 +415,61 @@ take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
     return NULL;
 }
 
+/* Settles a task whose callback returned: see internal.h. */
+void
+chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
+                     void *result, bool from_worker,
+                     struct chime_task **garbage)
+{
+    p->st.completed++;
+    int st = chime__task_state(t);
+    if (chime__state_is_final(st)) {
+        /* Cancelled while running: outcome already published. */
+        chime__drop_locked(t, garbage);
+        return;
+    }
+    if (rc != 0) {
+        chime__complete_locked(p, t, CHIME_TASK_FAILED, rc);
+        chime__drop_locked(t, garbage);
+        return;
+    }
+    int64_t next;
+    int64_t end = chime__pool_now(p);
+    if (t->flags & CHIME_TF_REARM)
+        next = t->rearm_deadline;
+    else if (t->kind == CHIME_KIND_FIXED_RATE)
+        next = chime__sat_add(t->deadline, t->period);
+    else if (t->kind == CHIME_KIND_FIXED_DELAY)
+        next = chime__deadline_after(end, t->period);
+    else {
+        t->result = result;
+        chime__complete_locked(p, t, CHIME_TASK_DONE, 0);
+        chime__drop_locked(t, garbage);
+        return;
+    }
+    t->flags &= (uint8_t)~CHIME_TF_REARM;
+    t->deadline = next;
+    atomic_store_explicit(&t->state, CHIME_TASK_PENDING, memory_order_release);
+    if (!can_run_locked(p, t, end) || (t->loop && t->loop->closed)) {
+        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime__drop_locked(t, garbage);
+        return;
+    }
+    t->seq = p->next_seq++;
+    if (chime__heap_push(&p->heap, t) != 0) {
+        /* The queue could not grow to take the next run back. */
+        chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
+        chime__drop_locked(t, garbage);
+        return;
+    }
+    if (t->heap_index == 0) {
+        if (!from_worker)
+            chime__new_head_locked(p);
+        else if (p->leader)
+            pthread_cond_signal(&p->leader_cv);
+    }
+}
+
 /* Runs t (taken from the heap, lock held) and settles its outcome. Returns
  * with the lock held. */
 static void
@@ -386,50 +500,8 @@ run_locked(struct chime_pool *p, struct chime_worker *w, struct chime_task *t,
 
     pthread_mutex_lock(&p->mu);
     p->st.running--;
-    p->st.completed++;
     w->current = NULL;
-    int st = chime__task_state(t);
-    if (chime__state_is_final(st)) {
-        /* Cancelled while running: outcome already published. */
-        chime__drop_locked(t, &w->garbage);
-        return;
-    }
-    if (rc != 0) {
-        chime__complete_locked(p, t, CHIME_TASK_FAILED, rc);
-        chime__drop_locked(t, &w->garbage);
-        return;
-    }
-    int64_t next;
-    int64_t end = chime__pool_now(p);
-    if (t->flags & CHIME_TF_REARM)
-        next = t->rearm_deadline;
-    else if (t->kind == CHIME_KIND_FIXED_RATE)
-        next = chime__sat_add(t->deadline, t->period);
-    else if (t->kind == CHIME_KIND_FIXED_DELAY)
-        next = chime__deadline_after(end, t->period);
-    else {
-        t->result = result;
-        chime__complete_locked(p, t, CHIME_TASK_DONE, 0);
-        chime__drop_locked(t, &w->garbage);
-        return;
-    }
-    t->flags &= (uint8_t)~CHIME_TF_REARM;
-    t->deadline = next;
-    atomic_store_explicit(&t->state, CHIME_TASK_PENDING, memory_order_release);
-    if (!can_run_locked(p, t, end)) {
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        chime__drop_locked(t, &w->garbage);
-        return;
-    }
-    t->seq = p->next_seq++;
-    if (chime__heap_push(&p->heap, t) != 0) {
-        /* The queue could not grow to take the next run back. */
-        chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
-        chime__drop_locked(t, &w->garbage);
-        return;
-    }
-    if (t->heap_index == 0 && p->leader)
-        pthread_cond_signal(&p->leader_cv);
+    chime__settle_locked(p, t, rc, result, true, &w->garbage);
 }
 
 static void *
@@ -596,9 +668,80 @@ run_in_caller(struct chime_pool *p, struct chime_task *t)
     return 0;
 }
 
-static int
-submit(struct chime_pool *p, chime_task_fn fn, void *arg, int kind,
-       int64_t delay, int64_t period, chime_task **out)
+int
+chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
+                     chime_task **out)
+{
+    struct chime_task *garbage = NULL;
+    switch (p->reject_policy) {
+    case CHIME_REJECT_DISCARD_OLDEST:
+        /* Only a full queue has an oldest task to give up; the caller
+         * retries the push after this returns 1. */
+        if (reason == -EAGAIN && p->heap.len > 0) {
+            struct chime_task *victim = chime__heap_pop(&p->heap);
+            if (!chime__state_is_final(chime__task_state(victim)))
+                chime__complete_locked(p, victim, CHIME_TASK_REJECTED,
+                                       -EAGAIN);
+            chime__drop_locked(victim, &garbage);
+            pthread_mutex_unlock(&p->mu);
+            chime__free_garbage(garbage);
+            return 1;
+        }
+        /* Shut down: as DISCARD. */
+        /* fall through */
+    case CHIME_REJECT_DISCARD:
+        break;
+    case CHIME_REJECT_CALLER_RUNS:
+        if (reason == -EAGAIN) {
+            /* A periodic task is counted when it completes rejected
+             * after its one run. */
+            if (t->kind == CHIME_KIND_ONESHOT)
+                p->st.rejected++;
+            pthread_mutex_unlock(&p->mu);
+            run_in_caller(p, t);
+            if (out)
+                *out = t;
+            return 0;
+        }
+        break;
+    case CHIME_REJECT_CALL: {
+        chime__complete_locked(p, t, CHIME_TASK_REJECTED, reason);
+        pthread_mutex_unlock(&p->mu);
+        /* The handler borrows the pool's reference; it may retain. */
+        int rc = p->on_reject(p, t, reason, p->reject_ctx);
+        if (rc != 0 && out)
+            chime_task_release(t);
+        pthread_mutex_lock(&p->mu);
+        chime__drop_locked(t, &garbage);
+        pthread_mutex_unlock(&p->mu);
+        chime__free_garbage(garbage);
+        if (rc == 0 && out)
+            *out = t;
+        return rc;
+    }
+    case CHIME_REJECT_ABORT:
+    default:
+        p->st.rejected++;
+        pthread_mutex_unlock(&p->mu);
+        if (out)
+            chime_task_release(t); /* the handle reference */
+        chime__task_drop_pool_ref(t);
+        return reason;
+    }
+    /* DISCARD, and the shut-down cases of DISCARD_OLDEST / CALLER_RUNS. */
+    chime__complete_locked(p, t, CHIME_TASK_REJECTED, reason);
+    chime__drop_locked(t, &garbage);
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+    if (out)
+        *out = t;
+    return 0;
+}
+
+int
+chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
+              void *arg, int kind, int64_t delay, int64_t period,
+              chime_task **out)
 {
     if (out)
         *out = NULL;
@@ -606,82 +749,33 @@ submit(struct chime_pool *p, chime_task_fn fn, void *arg, int kind,
         return -EINVAL;
     if (kind != CHIME_KIND_ONESHOT && period <= 0)
         return -EINVAL;
+    if (chime__forked(p->fork_gen))
+        return -ECHILD;
     struct chime_task *t = chime__task_new(p, fn, arg, kind, period, out != 0);
     if (t == NULL)
         return -ENOMEM;
+    t->loop = loop;
 
-    struct chime_task *garbage = NULL;
     pthread_mutex_lock(&p->mu);
-    int reason = 0;
-    if (p->run_state != CHIME_POOL_RUNNING)
-        reason = -ESHUTDOWN;
-    else if (p->max_pending && p->heap.len >= p->max_pending)
-        reason = -EAGAIN;
-    if (reason) {
-        switch (p->reject_policy) {
-        case CHIME_REJECT_DISCARD_OLDEST:
-            if (reason == -EAGAIN) {
-                struct chime_task *victim = chime__heap_pop(&p->heap);
-                if (!chime__state_is_final(chime__task_state(victim)))
-                    chime__complete_locked(p, victim, CHIME_TASK_REJECTED,
-                                           -EAGAIN);
-                chime__drop_locked(victim, &garbage);
-                reason = 0; /* the new task takes its place */
-                break;
-            }
-            /* Shut down: as DISCARD. */
-            /* fall through */
-        case CHIME_REJECT_DISCARD:
-            chime__complete_locked(p, t, CHIME_TASK_REJECTED, reason);
-            chime__drop_locked(t, &garbage);
-            pthread_mutex_unlock(&p->mu);
-            chime__free_garbage(garbage);
-            if (out)
-                *out = t;
-            return 0;
-        case CHIME_REJECT_CALLER_RUNS:
-            if (reason == -EAGAIN) {
-                /* A periodic task is counted when it completes rejected
-                 * after its one run. */
-                if (t->kind == CHIME_KIND_ONESHOT)
-                    p->st.rejected++;
-                pthread_mutex_unlock(&p->mu);
-                run_in_caller(p, t);
-                if (out)
-                    *out = t;
-                return 0;
-            }
-            chime__complete_locked(p, t, CHIME_TASK_REJECTED, reason);
-            chime__drop_locked(t, &garbage);
-            pthread_mutex_unlock(&p->mu);
-            chime__free_garbage(garbage);
-            if (out)
-                *out = t;
-            return 0;
-        case CHIME_REJECT_CALL: {
-            chime__complete_locked(p, t, CHIME_TASK_REJECTED, reason);
-            pthread_mutex_unlock(&p->mu);
-            /* The handler borrows the pool's reference; it may retain. */
-            int rc = p->on_reject(p, t, reason, p->reject_ctx);
-            if (rc != 0 && out)
-                chime_task_release(t);
-            pthread_mutex_lock(&p->mu);
-            chime__drop_locked(t, &garbage);
-            pthread_mutex_unlock(&p->mu);
-            chime__free_garbage(garbage);
-            if (rc == 0 && out)
-                *out = t;
+    for (;;) {
+        int reason = 0;
+        if (p->run_state != CHIME_POOL_RUNNING)
+            reason = -ESHUTDOWN;
+        else if (p->max_pending && p->heap.len >= p->max_pending)
+            reason = -EAGAIN;
+        if (reason == 0)
+            break;
+        int rc = chime__reject_unlock(p, t, reason, out);
+        if (rc != 1)
             return rc;
-        }
-        case CHIME_REJECT_ABORT:
-        default:
-            p->st.rejected++;
-            pthread_mutex_unlock(&p->mu);
-            if (out)
-                chime_task_release(t); /* the handle reference */
-            chime__task_drop_pool_ref(t);
-            return reason;
-        }
+        pthread_mutex_lock(&p->mu); /* DISCARD_OLDEST made room */
+    }
+    if (loop != NULL && loop->closed) {
+        pthread_mutex_unlock(&p->mu);
+        if (out)
+            chime_task_release(t);
+        chime__task_drop_pool_ref(t);
+        return -ESHUTDOWN;
     }
 
     int64_t now = chime__pool_now(p);
@@ -689,7 +783,6 @@ submit(struct chime_pool *p, chime_task_fn fn, void *arg, int kind,
     t->seq = p->next_seq++;
     if (chime__heap_push(&p->heap, t) != 0) {
         pthread_mutex_unlock(&p->mu);
-        chime__free_garbage(garbage);
         if (out)
             chime_task_release(t);
         chime__task_drop_pool_ref(t);
@@ -700,7 +793,6 @@ submit(struct chime_pool *p, chime_task_fn fn, void *arg, int kind,
         chime__new_head_locked(p);
     int need = need_worker_locked(p);
     pthread_mutex_unlock(&p->mu);
-    chime__free_garbage(garbage);
 
     if (need) {
         int rc = spawn(p);
@@ -733,7 +825,7 @@ int
 chime_pool_schedule(chime_pool *p, chime_task_fn fn, void *arg,
                     int64_t delay_ns, chime_task **out)
 {
-    return submit(p, fn, arg, CHIME_KIND_ONESHOT, delay_ns, 0, out);
+    return chime__submit(p, NULL, fn, arg, CHIME_KIND_ONESHOT, delay_ns, 0, out);
 }
 
 int
@@ -741,7 +833,7 @@ chime_pool_schedule_at_fixed_rate(chime_pool *p, chime_task_fn fn, void *arg,
                                   int64_t initial_delay_ns, int64_t period_ns,
                                   chime_task **out)
 {
-    return submit(p, fn, arg, CHIME_KIND_FIXED_RATE, initial_delay_ns,
+    return chime__submit(p, NULL, fn, arg, CHIME_KIND_FIXED_RATE, initial_delay_ns,
                   period_ns, out);
 }
 
@@ -750,14 +842,14 @@ chime_pool_schedule_with_fixed_delay(chime_pool *p, chime_task_fn fn,
                                      void *arg, int64_t initial_delay_ns,
                                      int64_t delay_ns, chime_task **out)
 {
-    return submit(p, fn, arg, CHIME_KIND_FIXED_DELAY, initial_delay_ns,
+    return chime__submit(p, NULL, fn, arg, CHIME_KIND_FIXED_DELAY, initial_delay_ns,
                   delay_ns, out);
 }
 
 int
 chime_pool_execute(chime_pool *p, chime_task_fn fn, void *arg)
 {
-    return submit(p, fn, arg, CHIME_KIND_ONESHOT, 0, 0, NULL);
+    return chime__submit(p, NULL, fn, arg, CHIME_KIND_ONESHOT, 0, 0, NULL);
 }
 
 /* ---- shutdown ---------------------------------------------------------- */
@@ -790,6 +882,14 @@ on_shutdown_locked(struct chime_pool *p, struct chime_task **garbage)
             chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
         chime__drop_locked(t, garbage);
     }
+    /* Ready loop tasks are due, so only the periodic rule applies. */
+    if (!p->continue_periodic) {
+        for (struct chime_loop *l = p->loops; l; l = l->next) {
+            pthread_mutex_lock(&l->mu);
+            chime__loop_cancel_ready_locked(l, true, garbage);
+            pthread_mutex_unlock(&l->mu);
+        }
+    }
     /* Wake everyone: idle workers with nothing left exit, and a leader
      * waiting for a task that was just dropped re-evaluates. */
     pthread_cond_broadcast(&p->follower_cv);
@@ -802,10 +902,13 @@ chime_pool_shutdown(chime_pool *p)
 {
     if (p == NULL)
         return -EINVAL;
+    if (chime__forked(p->fork_gen))
+        return -ECHILD;
     struct chime_task *garbage = NULL;
     pthread_mutex_lock(&p->mu);
     if (p->run_state == CHIME_POOL_RUNNING) {
         p->run_state = CHIME_POOL_SHUTDOWN;
+        atomic_store(&p->accepting, false);
         on_shutdown_locked(p, &garbage);
     }
     pthread_mutex_unlock(&p->mu);
@@ -826,6 +929,8 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
 {
     if (p == NULL || (tasks != NULL && count == NULL))
         return -EINVAL;
+    if (chime__forked(p->fork_gen))
+        return -ECHILD;
     if (tasks)
         *tasks = NULL;
     if (count)
@@ -836,6 +941,7 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
     pthread_mutex_lock(&p->mu);
     if (p->run_state < CHIME_POOL_STOP)
         p->run_state = CHIME_POOL_STOP;
+    atomic_store(&p->accepting, false);
     chime__heap_filter(&p->heap, drop_all, NULL, &removed);
     while (removed) {
         struct chime_task *t = removed;
@@ -855,6 +961,13 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
         } else {
             chime__drop_locked(t, &garbage);
         }
+    }
+    for (struct chime_loop *l = p->loops; l; l = l->next) {
+        /* Due loop tasks that have not started are dropped too; they are
+         * not handed back (they were due: nothing is pending for them). */
+        pthread_mutex_lock(&l->mu);
+        chime__loop_cancel_ready_locked(l, false, &garbage);
+        pthread_mutex_unlock(&l->mu);
     }
     for (struct chime_worker *w = p->workers; w; w = w->next)
         if (w->current)
@@ -898,6 +1011,8 @@ chime_pool_await_termination(chime_pool *p, int64_t timeout_ns)
 {
     if (p == NULL)
         return -EINVAL;
+    if (chime__forked(p->fork_gen))
+        return -ECHILD;
     if (timeout_ns < 0 && on_own_worker(p))
         return -EDEADLK;
     struct timespec ts = chime__abs_timespec(
@@ -927,8 +1042,15 @@ chime_pool_destroy(chime_pool *p)
 {
     if (p == NULL)
         return 0;
+    if (chime__forked(p->fork_gen))
+        return -ECHILD;
     if (on_own_worker(p) || (tls_task != NULL && tls_task->pool == p))
         return -EDEADLK;
+    pthread_mutex_lock(&p->mu);
+    bool busy = p->loops != NULL;
+    pthread_mutex_unlock(&p->mu);
+    if (busy)
+        return -EBUSY;
     chime_pool_shutdown_now(p, NULL, NULL);
     chime_pool_await_termination(p, CHIME_FOREVER);
     pthread_mutex_lock(&p->mu);
@@ -985,6 +1107,8 @@ chime_pool_prestart(chime_pool *p)
 {
     if (p == NULL)
         return -EINVAL;
+    if (chime__forked(p->fork_gen))
+        return -ECHILD;
     pthread_mutex_lock(&p->mu);
     int rc = 0;
     if (p->run_state != CHIME_POOL_RUNNING)
@@ -1136,6 +1260,19 @@ chime_pool_now(chime_pool *p)
 
 /* ---- queue inspection and stats ---------------------------------------- */
 
+/* Is t in its binding's ready ring (heap_index is then a ring position)?
+ * pool->mu held; takes the binding's lock to read the flag. */
+static bool
+in_ready(struct chime_task *t)
+{
+    if (t->loop == NULL)
+        return false;
+    pthread_mutex_lock(&t->loop->mu);
+    bool r = t->ready;
+    pthread_mutex_unlock(&t->loop->mu);
+    return r;
+}
+
 int
 chime_pool_remove(chime_pool *p, chime_task *t)
 {
@@ -1146,7 +1283,7 @@ chime_pool_remove(chime_pool *p, chime_task *t)
     struct chime_task *garbage = NULL;
     int rc = -ENOENT;
     pthread_mutex_lock(&p->mu);
-    if (t->heap_index != CHIME_HEAP_NONE) {
+    if (t->heap_index != CHIME_HEAP_NONE && !in_ready(t)) {
         chime__heap_remove(&p->heap, t);
         if (!chime__state_is_final(chime__task_state(t)))
             chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
@@ -1165,7 +1302,7 @@ chime_pool_contains(chime_pool *p, chime_task *t)
     if (p == NULL || t == NULL || t->pool != p)
         return false;
     pthread_mutex_lock(&p->mu);
-    bool r = t->heap_index != CHIME_HEAP_NONE;
+    bool r = t->heap_index != CHIME_HEAP_NONE && !in_ready(t);
     pthread_mutex_unlock(&p->mu);
     return r;
 }

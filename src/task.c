@@ -53,6 +53,8 @@ chime__task_new(struct chime_pool *pool, chime_task_fn fn, void *arg, int kind,
     atomic_init(&t->interrupted, 0);
     atomic_init(&t->poolref, with_handle ? 1 : 0);
     t->next = NULL;
+    t->loop = NULL;
+    t->ready = 0;
     if (with_handle)
         chime__pool_ref(pool);
     return t;
@@ -215,6 +217,8 @@ chime_task_wait(chime_task *t, int64_t timeout_ns, void **result)
         return -ETIMEDOUT;
 
     struct chime_pool *p = t->pool;
+    if (chime__forked(p->fork_gen))
+        return -ECHILD;
     int64_t end = timeout_ns > 0
                       ? chime__sat_add(chime__monotonic_ns(), timeout_ns)
                       : INT64_MAX;
@@ -243,6 +247,8 @@ chime_task_sleep(chime_task *t, int64_t ns)
     if (t == NULL)
         return -EINVAL;
     struct chime_pool *p = t->pool;
+    if (chime__forked(p->fork_gen))
+        return -ECHILD;
     struct timespec ts =
         chime__abs_timespec(chime__sat_add(chime__monotonic_ns(), ns));
     int rc = 0;
@@ -278,9 +284,16 @@ chime_task_cancel(chime_task *t, unsigned flags)
         return -EALREADY;
 
     struct chime_pool *p = t->pool;
+    if (chime__forked(p->fork_gen))
+        return -ECHILD;
     struct chime_task *garbage = NULL;
     int rc = 0;
     pthread_mutex_lock(&p->mu);
+    /* A loop task's state also moves under its binding's lock (dispatch
+     * starts it there), so hold both: pool, then binding. */
+    struct chime_loop *l = t->loop;
+    if (l)
+        pthread_mutex_lock(&l->mu);
     int st = chime__task_state(t);
     if (chime__state_is_final(st)) {
         rc = -EALREADY;
@@ -292,12 +305,18 @@ chime_task_cancel(chime_task *t, unsigned flags)
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
     } else {
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        if (p->remove_on_cancel && t->heap_index != CHIME_HEAP_NONE) {
+        if (t->ready) {
+            /* Due and waiting for its loop: it will never start. */
+            chime__loop_unqueue_locked(l, t);
+            chime__drop_locked(t, &garbage);
+        } else if (p->remove_on_cancel && t->heap_index != CHIME_HEAP_NONE) {
             chime__heap_remove(&p->heap, t);
             chime__drop_locked(t, &garbage);
-            chime__try_terminate_locked(p);
         }
     }
+    if (l)
+        pthread_mutex_unlock(&l->mu);
+    chime__try_terminate_locked(p);
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(garbage);
     return rc;
@@ -312,8 +331,13 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
         return -EALREADY;
 
     struct chime_pool *p = t->pool;
+    if (chime__forked(p->fork_gen))
+        return -ECHILD;
     int rc = 0;
     pthread_mutex_lock(&p->mu);
+    struct chime_loop *l = t->loop;
+    if (l)
+        pthread_mutex_lock(&l->mu);
     int st = chime__task_state(t);
     int64_t d = chime__deadline_after(chime__pool_now(p), delay_ns);
     if (chime__state_is_final(st)) {
@@ -321,7 +345,16 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
     } else if (st == CHIME_TASK_RUNNING) {
         t->flags |= CHIME_TF_REARM;
         t->rearm_deadline = d;
-    } else {
+    } else if (t->ready && (rc = chime__heap_reserve(&p->heap)) == 0) {
+        /* Already due and waiting for its loop: take it back into the
+         * heap; it will not run at its old time. */
+        chime__loop_unqueue_locked(l, t);
+        t->deadline = d;
+        t->seq = p->next_seq++;
+        chime__heap_push(&p->heap, t); /* cannot fail: reserved */
+        if (t->heap_index == 0)
+            chime__new_head_locked(p);
+    } else if (rc == 0) {
         CHIME_ASSERT(t->heap_index != CHIME_HEAP_NONE);
         /* A fresh sequence number: the re-armed task queues behind tasks
          * already due at the same instant, as a new submission would. */
@@ -331,6 +364,8 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
         if (t->heap_index == 0)
             chime__new_head_locked(p);
     }
+    if (l)
+        pthread_mutex_unlock(&l->mu);
     pthread_mutex_unlock(&p->mu);
     return rc;
 }
@@ -368,7 +403,11 @@ chime_strerror(int err)
     case -EBUSY:
         return "busy";
     case -EPERM:
-        return "operation not permitted";
+        return "operation not permitted (not the binding's loop thread)";
+    case -ECHILD:
+        return "pool or binding inherited across fork: unusable in the child";
+    case -EMFILE:
+        return "too many open files";
     default:
         return "unknown error";
     }

@@ -146,7 +146,8 @@ typedef void (*chime_thread_hook_fn)(chime_pool *pool, void *ctx);
 /* Task hooks. before_run runs before each execution, after_run after it with
  * the callback's return value (0 or the failure cause); on_error runs after
  * after_run for every execution that failed (one-shot or periodic).
- * Runs on: the worker thread that runs the task, no chime lock held. */
+ * Runs on: the thread that runs the task (a worker, or a binding's loop
+ * thread for loop tasks), no chime lock held. */
 typedef void (*chime_task_hook_fn)(chime_pool *pool, chime_task *task,
                                    int err, void *ctx);
 
@@ -249,7 +250,8 @@ CHIME_EXPORT int chime_pool_await_termination(chime_pool *pool,
  * waits for termination, joins every thread and frees the pool. Handles
  * still held stay valid (all completed) until released. destroy(NULL) is a
  * no-op returning 0. Returns: 0, -EDEADLK (called from one of this pool's
- * workers: nothing is done). Thread-safety: not from a task callback or
+ * workers: nothing is done), -EBUSY (a loop binding is still open: close
+ * it first; nothing is done), -ECHILD (after fork: nothing is done). Thread-safety: not from a task callback or
  * hook of this pool; no other call on this pool may race with it or follow
  * it. */
 CHIME_EXPORT int chime_pool_destroy(chime_pool *pool);
@@ -417,8 +419,10 @@ CHIME_EXPORT int chime_task_cancel(chime_task *task, unsigned flags);
  * takes effect at once (it queues behind tasks already due at the same
  * instant). On a running task (its own callback included) it takes effect
  * when the run returns 0: a one-shot is queued again instead of completing,
- * a periodic task's next run is moved. Returns: 0, -EALREADY (completed),
- * -EINVAL (NULL). Thread-safety: any thread. */
+ * a periodic task's next run is moved. A loop task already due and waiting
+ * for its loop goes back to the delay queue (the one case that may need to
+ * grow it: -ENOMEM). Returns: 0, -EALREADY (completed), -EINVAL (NULL),
+ * -ENOMEM, -ECHILD (after fork). Thread-safety: any thread. */
 CHIME_EXPORT int chime_task_rearm(chime_task *task, int64_t delay_ns);
 
 /* Waits until the task completes, at most timeout_ns (< 0: forever, 0:
@@ -469,6 +473,124 @@ CHIME_EXPORT chime_task *chime_task_retain(chime_task *task);
  * A release after the memory was freed cannot be detected.
  * Thread-safety: any thread. */
 CHIME_EXPORT int chime_task_release(chime_task *task);
+
+
+/* ------------------------------------------------------------------------ */
+/* Loop bindings: work that must run on an event loop's thread               */
+/*
+ * A binding ties one event loop (one thread) to a pool. The pool keeps the
+ * time; when a task that targets a binding is due, a worker moves it to the
+ * binding's ready queue and makes the binding's readiness fd readable. The
+ * loop thread watches that fd (level-triggered, EPOLLIN / EV_READ) and calls
+ * chime_loop_dispatch(), which runs a bounded batch of callbacks on the loop
+ * thread. Workers never call into the event loop library.
+ *
+ * The loop thread of a binding is the first thread that calls
+ * chime_loop_dispatch() on it (or the one named by chime_loop_set_thread);
+ * the guarantees below that say "on its loop thread" refer to it.
+ *
+ * Guarantees
+ * - Ordering: callbacks of one binding run in due order (deadline, then
+ *   submission); posts run in post order.
+ * - A loop task cancelled or re-armed on its loop thread before its callback
+ *   started never runs (at its old time), even if it was already due and
+ *   sitting in the ready queue. Cancel never blocks.
+ * - Coalesced wake-ups: the fd is written once when the binding goes from
+ *   quiet to signalled and read once when a dispatch drains it.
+ * - After fork(), every call on an inherited pool or binding in the child
+ *   returns -ECHILD.
+ */
+typedef struct chime_loop chime_loop;
+
+typedef struct chime_loop_options {
+    /* Most callbacks one chime_loop_dispatch() call runs (so a flood cannot
+     * starve the loop's I/O); the fd stays readable while more is ready.
+     * 0: the default, 64. */
+    unsigned batch_limit;
+} chime_loop_options;
+
+/* Fills *opts with the defaults. Thread-safety: any thread. */
+CHIME_EXPORT void chime_loop_options_init(chime_loop_options *opts);
+
+/* Creates a binding on pool, with its own eventfd (non-blocking,
+ * close-on-exec). opts NULL: defaults.
+ * Returns: 0, -EINVAL (pool or out NULL), -ESHUTDOWN (pool shut down),
+ * -ENOMEM, -EMFILE/-ENFILE (no fd), -ECHILD (pool inherited across fork).
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_loop_new(chime_pool *pool, const chime_loop_options *opts,
+                                chime_loop **out);
+
+/* The readiness fd: readable while callbacks are ready to run. Watch it for
+ * input, level-triggered; never read or close it yourself. -EINVAL for
+ * NULL. Thread-safety: any thread. */
+CHIME_EXPORT int chime_loop_fd(chime_loop *loop);
+
+/* Declares the calling thread the binding's loop thread (otherwise the first
+ * dispatching thread is). Returns 0, -EINVAL, -EBUSY (another thread
+ * already is). Thread-safety: any thread. */
+CHIME_EXPORT int chime_loop_set_thread(chime_loop *loop);
+
+/* Runs up to batch_limit ready callbacks on the calling thread. Returns how
+ * many ran (>= 0), -EINVAL (NULL), -EPERM (not the binding's loop thread),
+ * -EBUSY (called from one of this binding's own callbacks), -ECHILD (after
+ * fork). The fd stays readable if work remains.
+ * Thread-safety: loop thread only. Runs on: the loop thread (the callbacks
+ * it runs), no chime lock held. */
+CHIME_EXPORT int chime_loop_dispatch(chime_loop *loop);
+
+/* Hands fn(arg) to the loop thread, to run at its next dispatch after the
+ * callbacks already ready (post order). out: as chime_pool_schedule.
+ * Returns: 0, -EINVAL, -ENOMEM, -ESHUTDOWN (binding closing or pool shut
+ * down: with the pool's rejection policy), -ECHILD.
+ * Thread-safety: any thread, including workers and the loop thread itself.
+ * Runs on: the loop thread, no chime lock held. */
+CHIME_EXPORT int chime_loop_post(chime_loop *loop, chime_task_fn fn, void *arg,
+                                 chime_task **out);
+
+/* As chime_pool_schedule / _at_fixed_rate / _with_fixed_delay, but the
+ * callback runs on the loop thread. The pool keeps the time (the loop has no
+ * timer); a fixed-delay period counts from the end of the run on the loop.
+ * Returns: as those functions, plus -ESHUTDOWN when the binding is closing.
+ * Thread-safety: any thread. Runs on: the loop thread, no chime lock held. */
+CHIME_EXPORT int chime_loop_schedule(chime_loop *loop, chime_task_fn fn,
+                                     void *arg, int64_t delay_ns,
+                                     chime_task **out);
+CHIME_EXPORT int chime_loop_schedule_at_fixed_rate(chime_loop *loop,
+                                                   chime_task_fn fn, void *arg,
+                                                   int64_t initial_delay_ns,
+                                                   int64_t period_ns,
+                                                   chime_task **out);
+CHIME_EXPORT int chime_loop_schedule_with_fixed_delay(chime_loop *loop,
+                                                      chime_task_fn fn,
+                                                      void *arg,
+                                                      int64_t initial_delay_ns,
+                                                      int64_t delay_ns,
+                                                      chime_task **out);
+
+typedef struct chime_loop_stats {
+    size_t ready;            /* callbacks ready to run now */
+    uint64_t dispatched;     /* callbacks run by dispatch so far */
+    uint64_t dispatch_calls; /* chime_loop_dispatch() calls */
+    uint64_t wakeups;        /* eventfd writes (quiet -> signalled) */
+    uint64_t drains;         /* eventfd reads (signalled -> quiet) */
+} chime_loop_stats;
+
+/* Snapshot of the binding's counters. Returns 0 or -EINVAL.
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_loop_get_stats(chime_loop *loop, chime_loop_stats *out);
+
+/* Closes the binding: its queued and ready tasks are cancelled (their
+ * handles complete as cancelled), later submissions to it fail, a callback
+ * running now finishes, the fd is closed under the binding's lock (no
+ * worker can write to a closed or reused fd), and the binding is freed
+ * (when called from one of its own callbacks: when that dispatch returns).
+ * Stop watching the fd before closing (chime_event_detach does both).
+ * No other call on this binding may race with close or follow it.
+ * close(NULL) is a no-op. Returns 0, -EPERM (a thread other than the loop
+ * thread while a dispatch runs), -ECHILD.
+ * Thread-safety: the loop thread, or any thread once the loop no longer
+ * dispatches. Every binding must be closed before chime_pool_destroy(). */
+CHIME_EXPORT int chime_loop_close(chime_loop *loop);
 
 #ifdef __cplusplus
 }

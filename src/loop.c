@@ -1,0 +1,467 @@
+/* Loop bindings: the ready queue, the eventfd readiness protocol, dispatch.
+ *
+ * Design notes
+ * - A binding owns a ring of ready tasks and an eventfd. loop->mu guards
+ *   the ring, the `signalled` flag, the fd and the counters. Lock order:
+ *   pool->mu, then loop->mu (a worker moving a due task holds both).
+ * - Readiness protocol (level-triggered, never loses a wake-up):
+ *     producer, under loop->mu: push; if (!signalled) { signalled = true;
+ *                                                        write(efd, 1); }
+ *     dispatch, under loop->mu: pop one task at a time; when it finds the
+ *                               ring empty: signalled = false; read(efd).
+ *   The fd is therefore readable exactly while `signalled` is set, and
+ *   `signalled` is cleared only by someone who saw the ring empty while
+ *   holding the lock that every producer needs: a producer either pushed
+ *   before (and the dispatcher sees its task) or pushes after (and finds
+ *   `signalled` false, so it writes). One write per quiet->signalled
+ *   transition, one read per drain, however many tasks in between.
+ *   A dispatch that stops at batch_limit leaves `signalled` set and the fd
+ *   readable, so the loop comes back after serving its other I/O.
+ * - Exactness on the loop thread: dispatch takes a task off the ring and
+ *   flips it PENDING -> RUNNING in one critical section under loop->mu;
+ *   cancel and re-arm take loop->mu too and act only on a task that is
+ *   still in the ring. Run on the loop thread, they cannot interleave with
+ *   a dispatch in progress, so a task cancelled or re-armed there before
+ *   its callback started never starts.
+ * - The ring holds task pointers at absolute positions head..tail (uint32,
+ *   wrapping); slot = position & (cap - 1). A ready task stores its position
+ *   in heap_index (it is not in the heap meanwhile), so removing it is O(1):
+ *   the slot becomes a tombstone that dispatch skips. Growing keeps every
+ *   absolute position, so stored positions stay valid.
+ * - Posts skip the heap: they go straight into the ring, in post order.
+ * - Teardown: close cancels the binding's tasks in the heap and the ring,
+ *   and closes the fd under loop->mu, so a worker (which writes only under
+ *   loop->mu after checking `closed`) can never write to a closed or reused
+ *   fd. A close from one of the binding's own callbacks defers the free to
+ *   the end of that dispatch.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define DEFAULT_BATCH 64u
+#define RING_MIN_CAP 64u
+
+void
+chime_loop_options_init(chime_loop_options *o)
+{
+    if (o == NULL)
+        return;
+    memset(o, 0, sizeof(*o));
+    o->batch_limit = DEFAULT_BATCH;
+}
+
+/* ---- the ring ---------------------------------------------------------- */
+
+static int
+ring_grow(struct chime_loop *l)
+{
+    uint32_t ncap = l->cap ? l->cap * 2 : RING_MIN_CAP;
+    if (ncap == 0 || ncap > (UINT32_C(1) << 30))
+        return -ENOMEM;
+    struct chime_task **nr = calloc(ncap, sizeof(*nr));
+    if (nr == NULL)
+        return -ENOMEM;
+    for (uint32_t i = l->head; i != l->tail; i++)
+        nr[i & (ncap - 1)] = l->ring[i & (l->cap - 1)];
+    free(l->ring);
+    l->ring = nr;
+    l->cap = ncap;
+    return 0;
+}
+
+static int
+signal_locked(struct chime_loop *l)
+{
+    if (l->signalled)
+        return 0;
+    uint64_t one = 1;
+    ssize_t n;
+    do
+        n = write(l->efd, &one, sizeof(one));
+    while (n < 0 && errno == EINTR);
+    /* EAGAIN would mean the counter is at its maximum: readable anyway. */
+    l->signalled = true;
+    l->st.wakeups++;
+    return 0;
+}
+
+int
+chime__loop_push_locked(struct chime_loop *l, struct chime_task *t)
+{
+    if (l->tail - l->head == l->cap) {
+        int rc = ring_grow(l);
+        if (rc != 0)
+            return rc;
+    }
+    l->ring[l->tail & (l->cap - 1)] = t;
+    t->heap_index = l->tail;
+    t->ready = 1;
+    l->tail++;
+    l->live++;
+    return signal_locked(l);
+}
+
+void
+chime__loop_unqueue_locked(struct chime_loop *l, struct chime_task *t)
+{
+    CHIME_ASSERT(t->ready && l->ring[t->heap_index & (l->cap - 1)] == t);
+    l->ring[t->heap_index & (l->cap - 1)] = NULL;
+    t->ready = 0;
+    t->heap_index = CHIME_HEAP_NONE;
+    l->live--;
+    /* The fd stays readable until a dispatch finds the ring empty: a
+     * spurious dispatch costs one read, a lost one would cost a hang. */
+}
+
+static struct chime_task *
+pop_locked(struct chime_loop *l)
+{
+    while (l->head != l->tail) {
+        struct chime_task *t = l->ring[l->head & (l->cap - 1)];
+        l->ring[l->head & (l->cap - 1)] = NULL;
+        l->head++;
+        if (t != NULL) {
+            t->ready = 0;
+            t->heap_index = CHIME_HEAP_NONE;
+            l->live--;
+            return t;
+        }
+    }
+    return NULL;
+}
+
+static void
+drain_locked(struct chime_loop *l)
+{
+    if (!l->signalled)
+        return;
+    uint64_t v;
+    ssize_t n;
+    do
+        n = read(l->efd, &v, sizeof(v));
+    while (n < 0 && errno == EINTR);
+    l->signalled = false;
+    l->st.drains++;
+}
+
+void
+chime__loop_cancel_ready_locked(struct chime_loop *l, bool periodic_only,
+                                struct chime_task **garbage)
+{
+    struct chime_pool *p = l->pool;
+    for (uint32_t i = l->head; i != l->tail; i++) {
+        struct chime_task *t = l->ring[i & (l->cap - 1)];
+        if (t == NULL || (periodic_only && t->kind == CHIME_KIND_ONESHOT))
+            continue;
+        chime__loop_unqueue_locked(l, t);
+        if (!chime__state_is_final(chime__task_state(t)))
+            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime__drop_locked(t, garbage);
+    }
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+int
+chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
+{
+    if (out)
+        *out = NULL;
+    if (p == NULL || out == NULL)
+        return -EINVAL;
+    if (chime__forked(p->fork_gen))
+        return -ECHILD;
+    struct chime_loop *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return -ENOMEM;
+    int rc = pthread_mutex_init(&l->mu, NULL);
+    if (rc != 0) {
+        free(l);
+        return -rc;
+    }
+    l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (l->efd < 0) {
+        rc = -errno;
+        pthread_mutex_destroy(&l->mu);
+        free(l);
+        return rc;
+    }
+    l->pool = p;
+    l->batch_limit = opts && opts->batch_limit ? opts->batch_limit
+                                               : DEFAULT_BATCH;
+    l->fork_gen = p->fork_gen;
+
+    pthread_mutex_lock(&p->mu);
+    if (p->run_state != CHIME_POOL_RUNNING) {
+        pthread_mutex_unlock(&p->mu);
+        close(l->efd);
+        pthread_mutex_destroy(&l->mu);
+        free(l);
+        return -ESHUTDOWN;
+    }
+    l->next = p->loops;
+    if (p->loops)
+        p->loops->prev = l;
+    p->loops = l;
+    pthread_mutex_unlock(&p->mu);
+    *out = l;
+    return 0;
+}
+
+int
+chime_loop_fd(chime_loop *l)
+{
+    if (l == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&l->mu);
+    int fd = l->efd;
+    pthread_mutex_unlock(&l->mu);
+    return fd;
+}
+
+int
+chime_loop_set_thread(chime_loop *l)
+{
+    if (l == NULL)
+        return -EINVAL;
+    if (chime__forked(l->fork_gen))
+        return -ECHILD;
+    int rc = 0;
+    pthread_mutex_lock(&l->mu);
+    if (!l->has_owner) {
+        l->owner = pthread_self();
+        l->has_owner = true;
+    } else if (!pthread_equal(l->owner, pthread_self())) {
+        rc = -EBUSY;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+static void
+loop_free(struct chime_loop *l)
+{
+    pthread_mutex_destroy(&l->mu);
+    free(l->ring);
+    free(l);
+}
+
+static int
+is_this_loops(struct chime_task *t, void *arg)
+{
+    return t->loop == arg;
+}
+
+int
+chime_loop_close(chime_loop *l)
+{
+    if (l == NULL)
+        return 0;
+    if (chime__forked(l->fork_gen))
+        return -ECHILD;
+    struct chime_pool *p = l->pool;
+    struct chime_task *garbage = NULL, *removed = NULL;
+
+    pthread_mutex_lock(&p->mu);
+    pthread_mutex_lock(&l->mu);
+    if (l->dispatching && !pthread_equal(l->owner, pthread_self())) {
+        pthread_mutex_unlock(&l->mu);
+        pthread_mutex_unlock(&p->mu);
+        return -EPERM;
+    }
+    l->closed = true;
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        p->loops = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+
+    /* Its timers still in the pool's heap, then its ready tasks. */
+    chime__heap_filter(&p->heap, is_this_loops, l, &removed);
+    while (removed) {
+        struct chime_task *t = removed;
+        removed = t->next;
+        if (!chime__state_is_final(chime__task_state(t)))
+            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime__drop_locked(t, &garbage);
+    }
+    chime__loop_cancel_ready_locked(l, false, &garbage);
+    l->head = l->tail = 0;
+    close(l->efd);
+    l->efd = -1;
+    l->signalled = false;
+    bool defer = l->dispatching; /* we are inside one of its callbacks */
+    pthread_mutex_unlock(&l->mu);
+    chime__try_terminate_locked(p);
+    pthread_mutex_unlock(&p->mu);
+
+    chime__free_garbage(garbage);
+    if (!defer)
+        loop_free(l);
+    return 0;
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+int
+chime_loop_dispatch(chime_loop *l)
+{
+    if (l == NULL)
+        return -EINVAL;
+    if (chime__forked(l->fork_gen))
+        return -ECHILD;
+    struct chime_pool *p = l->pool;
+    pthread_mutex_lock(&l->mu);
+    if (!l->has_owner) {
+        l->owner = pthread_self();
+        l->has_owner = true;
+    } else if (!pthread_equal(l->owner, pthread_self())) {
+        pthread_mutex_unlock(&l->mu);
+        return -EPERM;
+    }
+    if (l->dispatching) {
+        pthread_mutex_unlock(&l->mu);
+        return -EBUSY;
+    }
+    l->dispatching = true;
+    l->st.dispatch_calls++;
+
+    int n = 0;
+    while ((unsigned)n < l->batch_limit && !l->closed) {
+        struct chime_task *t = pop_locked(l);
+        if (t == NULL)
+            break;
+        /* Started here, under loop->mu: see the design notes. */
+        atomic_store_explicit(&t->state, CHIME_TASK_RUNNING,
+                              memory_order_release);
+        pthread_mutex_unlock(&l->mu);
+
+        struct chime_task *prev = chime__set_current_task(t);
+        if (p->before_run)
+            p->before_run(p, t, 0, p->hook_ctx);
+        void *result = NULL;
+        int rc = t->fn(t, t->arg, &result);
+        if (p->after_run)
+            p->after_run(p, t, rc, p->hook_ctx);
+        if (rc != 0 && p->on_error)
+            p->on_error(p, t, rc, p->hook_ctx);
+        chime__set_current_task(prev);
+
+        struct chime_task *garbage = NULL;
+        pthread_mutex_lock(&p->mu);
+        chime__settle_locked(p, t, rc, result, false, &garbage);
+        pthread_mutex_unlock(&p->mu);
+        chime__free_garbage(garbage);
+
+        pthread_mutex_lock(&l->mu);
+        l->st.dispatched++;
+        n++;
+    }
+    if (l->closed) {
+        /* Closed by one of its callbacks: the free was left to us. */
+        pthread_mutex_unlock(&l->mu);
+        loop_free(l);
+        return n;
+    }
+    if (l->live == 0) {
+        l->head = l->tail; /* only tombstones left */
+        drain_locked(l);
+    }
+    l->dispatching = false;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+
+/* ---- submission --------------------------------------------------------- */
+
+int
+chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
+{
+    if (out)
+        *out = NULL;
+    if (l == NULL || fn == NULL)
+        return -EINVAL;
+    if (chime__forked(l->fork_gen))
+        return -ECHILD;
+    struct chime_pool *p = l->pool;
+    struct chime_task *t = chime__task_new(p, fn, arg, CHIME_KIND_ONESHOT, 0,
+                                           out != NULL);
+    if (t == NULL)
+        return -ENOMEM;
+    t->loop = l;
+    if (!atomic_load_explicit(&p->accepting, memory_order_acquire)) {
+        pthread_mutex_lock(&p->mu);
+        return chime__reject_unlock(p, t, -ESHUTDOWN, out);
+    }
+    pthread_mutex_lock(&l->mu);
+    int rc = l->closed ? -ESHUTDOWN : chime__loop_push_locked(l, t);
+    pthread_mutex_unlock(&l->mu);
+    if (rc != 0) {
+        if (out)
+            chime_task_release(t);
+        chime__task_drop_pool_ref(t);
+        return rc;
+    }
+    if (out)
+        *out = t;
+    return 0;
+}
+
+int
+chime_loop_schedule(chime_loop *l, chime_task_fn fn, void *arg,
+                    int64_t delay_ns, chime_task **out)
+{
+    if (out)
+        *out = NULL;
+    if (l == NULL)
+        return -EINVAL;
+    return chime__submit(l->pool, l, fn, arg, CHIME_KIND_ONESHOT, delay_ns, 0,
+                         out);
+}
+
+int
+chime_loop_schedule_at_fixed_rate(chime_loop *l, chime_task_fn fn, void *arg,
+                                  int64_t initial_delay_ns, int64_t period_ns,
+                                  chime_task **out)
+{
+    if (out)
+        *out = NULL;
+    if (l == NULL)
+        return -EINVAL;
+    return chime__submit(l->pool, l, fn, arg, CHIME_KIND_FIXED_RATE,
+                         initial_delay_ns, period_ns, out);
+}
+
+int
+chime_loop_schedule_with_fixed_delay(chime_loop *l, chime_task_fn fn,
+                                     void *arg, int64_t initial_delay_ns,
+                                     int64_t delay_ns, chime_task **out)
+{
+    if (out)
+        *out = NULL;
+    if (l == NULL)
+        return -EINVAL;
+    return chime__submit(l->pool, l, fn, arg, CHIME_KIND_FIXED_DELAY,
+                         initial_delay_ns, delay_ns, out);
+}
+
+int
+chime_loop_get_stats(chime_loop *l, chime_loop_stats *out)
+{
+    if (l == NULL || out == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&l->mu);
+    *out = l->st;
+    out->ready = l->live;
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
