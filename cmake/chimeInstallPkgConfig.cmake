@@ -1,6 +1,8 @@
-# Install-time step: installs chime.pc with its prefix= line set to the
-# prefix being installed to (which `cmake --install --prefix` may override).
-# Set by install(CODE) before this script: CHIME_PC_FILE, CHIME_PC_DEST.
+# Install-time step: installs a pkg-config file (chime.pc, chime-event.pc)
+# with its prefix= line set to the prefix being installed to (which
+# `cmake --install --prefix` may override).
+# Set by install(CODE) before this script: CHIME_PC_FILE, CHIME_PC_DEST and
+# CHIME_PC_NAME (the installed file name; default chime.pc).
 file(READ "${CHIME_PC_FILE}" pc)
 string(REGEX REPLACE "^prefix=[^\n]*" "prefix=${CMAKE_INSTALL_PREFIX}" pc
        "${pc}")
@@ -11,5 +13,8 @@ if(IS_ABSOLUTE "${CHIME_PC_DEST}")
 else()
     set(dest "${CMAKE_INSTALL_PREFIX}/${CHIME_PC_DEST}")
 endif()
-file(INSTALL DESTINATION "${dest}" TYPE FILE RENAME chime.pc
+if(NOT CHIME_PC_NAME)
+    set(CHIME_PC_NAME chime.pc)
+endif()
+file(INSTALL DESTINATION "${dest}" TYPE FILE RENAME "${CHIME_PC_NAME}"
      FILES "${staged}")

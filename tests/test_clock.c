@@ -142,6 +142,7 @@ Test(clock, pool_reports_the_injected_time)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
+/* B2/B3 on the virtual clock: never before the delay */
 Test(clock, nothing_runs_before_time_is_advanced)
 {
     t_clock c;
@@ -231,6 +232,7 @@ Test(clock, zero_delay_task_runs_without_advancing)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
+/* B6 on the virtual clock */
 Test(clock, fixed_rate_runs_on_its_original_schedule)
 {
     const int64_t period = 10 * CHIME_MSEC;

@@ -363,6 +363,7 @@ pool_near_end(unsigned threads, t_clock *c)
     return pool_opts(&o);
 }
 
+/* B26 on the virtual clock */
 Test(overflow, deadline_saturates_instead_of_wrapping)
 {
     t_clock c;
@@ -392,6 +393,7 @@ Test(overflow, deadline_saturates_instead_of_wrapping)
     cr_assert_eq(atomic_load(&near), 1);
 }
 
+/* B26 on the virtual clock (R4: no wrap into the past) */
 Test(overflow, periodic_next_deadline_saturates_instead_of_wrapping)
 {
     /* period 1 s at 100 ms before the end: the next run saturates at
@@ -425,6 +427,7 @@ Test(overflow, periodic_next_deadline_saturates_instead_of_wrapping)
     }
 }
 
+/* B15 on the virtual clock (R7: a negative delay means now) */
 Test(overflow, negative_delays_mean_now)
 {
     t_clock c;
