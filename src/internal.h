@@ -120,6 +120,10 @@ struct chime_pool {
     unsigned fork_gen;        /* chime__fork_gen at creation */
     /* Mirror of run_state == RUNNING for lock-free readers (posts). */
     _Atomic bool accepting;
+    /* Loop tasks in a ready ring or running on a loop thread: accepted
+     * work that termination must wait for. Atomic because posts add to it
+     * without the pool lock (see chime_loop_post). */
+    _Atomic size_t loop_tasks;
 
     chime_pool_stats st; /* counters; pending/running/threads derived */
 
@@ -152,6 +156,7 @@ struct chime_loop {
     bool signalled;           /* mu: efd has been written and not read */
     bool closed;              /* pool->mu and mu to write; either to read */
     bool dispatching;         /* mu: a dispatch is running callbacks */
+    struct chime_task *current; /* mu: the callback running now, or NULL */
     bool has_owner;           /* mu */
     pthread_t owner;          /* mu: the loop thread */
     struct chime_task **ring; /* mu: ready queue, cap a power of two */
@@ -212,6 +217,11 @@ void chime__loop_unqueue_locked(struct chime_loop *l, struct chime_task *t);
 /* Cancels every ready task of l matching (periodic only / all); loop->mu
  * and pool->mu held. */
 void chime__loop_cancel_ready_locked(struct chime_loop *l, bool periodic_only,
+                                     struct chime_task **garbage);
+/* Cancels every ready task of l and hands each to the caller with a handle
+ * reference on *list (through task->next); returns how many. */
+size_t chime__loop_take_ready_locked(struct chime_loop *l,
+                                     struct chime_task **list,
                                      struct chime_task **garbage);
 
 static inline int

@@ -117,6 +117,7 @@ chime__loop_unqueue_locked(struct chime_loop *l, struct chime_task *t)
     t->ready = 0;
     t->heap_index = CHIME_HEAP_NONE;
     l->live--;
+    atomic_fetch_sub(&l->pool->loop_tasks, 1);
     /* The fd stays readable until a dispatch finds the ring empty: a
      * spurious dispatch costs one read, a lost one would cost a hang. */
 }
@@ -166,6 +167,31 @@ chime__loop_cancel_ready_locked(struct chime_loop *l, bool periodic_only,
             chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
         chime__drop_locked(t, garbage);
     }
+}
+
+size_t
+chime__loop_take_ready_locked(struct chime_loop *l, struct chime_task **list,
+                              struct chime_task **garbage)
+{
+    struct chime_pool *p = l->pool;
+    size_t n = 0;
+    for (uint32_t i = l->head; i != l->tail; i++) {
+        struct chime_task *t = l->ring[i & (l->cap - 1)];
+        if (t == NULL)
+            continue;
+        chime__loop_unqueue_locked(l, t);
+        if (chime__state_is_final(chime__task_state(t))) {
+            chime__drop_locked(t, garbage);
+            continue;
+        }
+        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime_task_retain(t); /* the pool's reference becomes the caller's */
+        chime__drop_locked(t, garbage);
+        t->next = *list;
+        *list = t;
+        n++;
+    }
+    return n;
 }
 
 /* ---- lifecycle ---------------------------------------------------------- */
@@ -343,6 +369,7 @@ chime_loop_dispatch(chime_loop *l)
         /* Started here, under loop->mu: see the design notes. */
         atomic_store_explicit(&t->state, CHIME_TASK_RUNNING,
                               memory_order_release);
+        l->current = t;
         pthread_mutex_unlock(&l->mu);
 
         struct chime_task *prev = chime__set_current_task(t);
@@ -359,10 +386,14 @@ chime_loop_dispatch(chime_loop *l)
         struct chime_task *garbage = NULL;
         pthread_mutex_lock(&p->mu);
         chime__settle_locked(p, t, rc, result, false, &garbage);
+        /* It left the ring when it started; it counts no longer. */
+        atomic_fetch_sub(&p->loop_tasks, 1);
+        chime__try_terminate_locked(p);
         pthread_mutex_unlock(&p->mu);
         chime__free_garbage(garbage);
 
         pthread_mutex_lock(&l->mu);
+        l->current = NULL;
         l->st.dispatched++;
         n++;
     }
@@ -398,7 +429,13 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
     if (t == NULL)
         return -ENOMEM;
     t->loop = l;
-    if (!atomic_load_explicit(&p->accepting, memory_order_acquire)) {
+    /* Counted before looking at `accepting`; shutdown stores `accepting`
+     * before it reads the count (both seq_cst): either this post sees the
+     * shutdown and is rejected, or termination sees this post and waits
+     * for it to run. */
+    atomic_fetch_add(&p->loop_tasks, 1);
+    if (!atomic_load(&p->accepting)) {
+        atomic_fetch_sub(&p->loop_tasks, 1);
         pthread_mutex_lock(&p->mu);
         return chime__reject_unlock(p, t, -ESHUTDOWN, out);
     }
@@ -406,6 +443,7 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
     int rc = l->closed ? -ESHUTDOWN : chime__loop_push_locked(l, t);
     pthread_mutex_unlock(&l->mu);
     if (rc != 0) {
+        atomic_fetch_sub(&p->loop_tasks, 1);
         if (out)
             chime_task_release(t);
         chime__task_drop_pool_ref(t);

@@ -167,7 +167,8 @@ chime__try_terminate_locked(struct chime_pool *p)
 {
     if (p->run_state != CHIME_POOL_SHUTDOWN && p->run_state != CHIME_POOL_STOP)
         return;
-    if (p->heap.len != 0)
+    if (p->heap.len != 0 ||
+        atomic_load_explicit(&p->loop_tasks, memory_order_seq_cst) != 0)
         return;
     if (p->nthreads != 0) {
         /* Idle workers of a shut-down pool with an empty queue must
@@ -308,6 +309,8 @@ move_to_loop_locked(struct chime_pool *p, struct chime_task *t,
     struct chime_loop *l = t->loop;
     pthread_mutex_lock(&l->mu);
     int rc = l->closed ? -ECANCELED : chime__loop_push_locked(l, t);
+    if (rc == 0)
+        atomic_fetch_add(&p->loop_tasks, 1);
     pthread_mutex_unlock(&l->mu);
     if (rc != 0) {
         chime__complete_locked(p, t,
@@ -963,10 +966,15 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
         }
     }
     for (struct chime_loop *l = p->loops; l; l = l->next) {
-        /* Due loop tasks that have not started are dropped too; they are
-         * not handed back (they were due: nothing is pending for them). */
+        /* Due loop tasks that have not started never will: handed back
+         * like queued ones. A running loop callback is flagged. */
         pthread_mutex_lock(&l->mu);
-        chime__loop_cancel_ready_locked(l, false, &garbage);
+        if (tasks)
+            n += chime__loop_take_ready_locked(l, &never_ran, &garbage);
+        else
+            chime__loop_cancel_ready_locked(l, false, &garbage);
+        if (l->current)
+            atomic_store(&l->current->interrupted, 1);
         pthread_mutex_unlock(&l->mu);
     }
     for (struct chime_worker *w = p->workers; w; w = w->next)
@@ -1260,16 +1268,19 @@ chime_pool_now(chime_pool *p)
 
 /* ---- queue inspection and stats ---------------------------------------- */
 
-/* Is t in its binding's ready ring (heap_index is then a ring position)?
- * pool->mu held; takes the binding's lock to read the flag. */
+/* Is t in this pool's heap? pool->mu held. A live loop task's heap_index
+ * also moves under its binding's lock (the ready ring reuses it, and
+ * dispatch clears it), so that lock is taken too; a finished task is never
+ * in a ring and its binding may be gone, so its index is read as is. */
 static bool
-in_ready(struct chime_task *t)
+in_heap_locked(struct chime_task *t)
 {
-    if (t->loop == NULL)
-        return false;
-    pthread_mutex_lock(&t->loop->mu);
-    bool r = t->ready;
-    pthread_mutex_unlock(&t->loop->mu);
+    struct chime_loop *l = t->loop;
+    if (l == NULL || chime__state_is_final(chime__task_state(t)))
+        return t->heap_index != CHIME_HEAP_NONE;
+    pthread_mutex_lock(&l->mu);
+    bool r = !t->ready && t->heap_index != CHIME_HEAP_NONE;
+    pthread_mutex_unlock(&l->mu);
     return r;
 }
 
@@ -1283,7 +1294,7 @@ chime_pool_remove(chime_pool *p, chime_task *t)
     struct chime_task *garbage = NULL;
     int rc = -ENOENT;
     pthread_mutex_lock(&p->mu);
-    if (t->heap_index != CHIME_HEAP_NONE && !in_ready(t)) {
+    if (in_heap_locked(t)) {
         chime__heap_remove(&p->heap, t);
         if (!chime__state_is_final(chime__task_state(t)))
             chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
@@ -1302,7 +1313,7 @@ chime_pool_contains(chime_pool *p, chime_task *t)
     if (p == NULL || t == NULL || t->pool != p)
         return false;
     pthread_mutex_lock(&p->mu);
-    bool r = t->heap_index != CHIME_HEAP_NONE && !in_ready(t);
+    bool r = in_heap_locked(t);
     pthread_mutex_unlock(&p->mu);
     return r;
 }

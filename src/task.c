@@ -289,15 +289,19 @@ chime_task_cancel(chime_task *t, unsigned flags)
     struct chime_task *garbage = NULL;
     int rc = 0;
     pthread_mutex_lock(&p->mu);
-    /* A loop task's state also moves under its binding's lock (dispatch
-     * starts it there), so hold both: pool, then binding. */
+    /* Final states are only reached under pool->mu: checked first, since
+     * a finished loop task's binding may be gone. */
+    if (chime__state_is_final(chime__task_state(t))) {
+        pthread_mutex_unlock(&p->mu);
+        return -EALREADY;
+    }
+    /* A live loop task's binding is open, and its state also moves under
+     * the binding's lock (dispatch starts it there): hold both. */
     struct chime_loop *l = t->loop;
     if (l)
         pthread_mutex_lock(&l->mu);
     int st = chime__task_state(t);
-    if (chime__state_is_final(st)) {
-        rc = -EALREADY;
-    } else if (st == CHIME_TASK_RUNNING) {
+    if (st == CHIME_TASK_RUNNING) {
         /* The callback finishes its current run; the worker sees the final
          * state afterwards, discards the result and drops the task. */
         if (flags & CHIME_CANCEL_INTERRUPT)
@@ -335,14 +339,16 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
         return -ECHILD;
     int rc = 0;
     pthread_mutex_lock(&p->mu);
+    if (chime__state_is_final(chime__task_state(t))) {
+        pthread_mutex_unlock(&p->mu);
+        return -EALREADY; /* see chime_task_cancel */
+    }
     struct chime_loop *l = t->loop;
     if (l)
         pthread_mutex_lock(&l->mu);
     int st = chime__task_state(t);
     int64_t d = chime__deadline_after(chime__pool_now(p), delay_ns);
-    if (chime__state_is_final(st)) {
-        rc = -EALREADY;
-    } else if (st == CHIME_TASK_RUNNING) {
+    if (st == CHIME_TASK_RUNNING) {
         t->flags |= CHIME_TF_REARM;
         t->rearm_deadline = d;
     } else if (t->ready && (rc = chime__heap_reserve(&p->heap)) == 0) {
