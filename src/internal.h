@@ -117,6 +117,9 @@ struct chime_pool {
     pthread_t last_exited;
     bool destroyed;
     struct chime_loop *loops; /* open bindings (mu) */
+    struct chime_loop *closed_loops; /* closed bindings, freed by destroy
+                                        so a late post gets -ESHUTDOWN
+                                        instead of touching freed memory */
     unsigned fork_gen;        /* chime__fork_gen at creation */
     /* Mirror of run_state == RUNNING for lock-free readers (posts). */
     _Atomic bool accepting;
@@ -211,6 +214,7 @@ int chime__submit(struct chime_pool *p, struct chime_loop *loop,
  * it released. */
 int chime__reject_unlock(struct chime_pool *p, struct chime_task *t,
                          int reason, chime_task **out);
+void chime__loop_free(struct chime_loop *l);
 /* loop.c, all with pool->mu and loop->mu held. */
 int chime__loop_push_locked(struct chime_loop *l, struct chime_task *t);
 void chime__loop_unqueue_locked(struct chime_loop *l, struct chime_task *t);

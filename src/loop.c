@@ -248,7 +248,7 @@ chime_loop_fd(chime_loop *l)
     if (l == NULL)
         return -EINVAL;
     pthread_mutex_lock(&l->mu);
-    int fd = l->efd;
+    int fd = l->closed ? -EBADF : l->efd;
     pthread_mutex_unlock(&l->mu);
     return fd;
 }
@@ -272,8 +272,8 @@ chime_loop_set_thread(chime_loop *l)
     return rc;
 }
 
-static void
-loop_free(struct chime_loop *l)
+void
+chime__loop_free(struct chime_loop *l)
 {
     pthread_mutex_destroy(&l->mu);
     free(l->ring);
@@ -298,6 +298,11 @@ chime_loop_close(chime_loop *l)
 
     pthread_mutex_lock(&p->mu);
     pthread_mutex_lock(&l->mu);
+    if (l->closed) {
+        pthread_mutex_unlock(&l->mu);
+        pthread_mutex_unlock(&p->mu);
+        return -EALREADY;
+    }
     if (l->dispatching && !pthread_equal(l->owner, pthread_self())) {
         pthread_mutex_unlock(&l->mu);
         pthread_mutex_unlock(&p->mu);
@@ -322,17 +327,23 @@ chime_loop_close(chime_loop *l)
     }
     chime__loop_cancel_ready_locked(l, false, &garbage);
     l->head = l->tail = 0;
+    free(l->ring);
+    l->ring = NULL;
+    l->cap = 0;
     close(l->efd);
     l->efd = -1;
     l->signalled = false;
-    bool defer = l->dispatching; /* we are inside one of its callbacks */
     pthread_mutex_unlock(&l->mu);
+    /* The small shell stays until chime_pool_destroy(): a worker task
+     * that still posts to this binding gets -ESHUTDOWN, not a freed
+     * mutex. */
+    l->prev = NULL;
+    l->next = p->closed_loops;
+    p->closed_loops = l;
     chime__try_terminate_locked(p);
     pthread_mutex_unlock(&p->mu);
 
     chime__free_garbage(garbage);
-    if (!defer)
-        loop_free(l);
     return 0;
 }
 
@@ -347,6 +358,10 @@ chime_loop_dispatch(chime_loop *l)
         return -ECHILD;
     struct chime_pool *p = l->pool;
     pthread_mutex_lock(&l->mu);
+    if (l->closed) {
+        pthread_mutex_unlock(&l->mu);
+        return -ESHUTDOWN;
+    }
     if (!l->has_owner) {
         l->owner = pthread_self();
         l->has_owner = true;
@@ -397,13 +412,7 @@ chime_loop_dispatch(chime_loop *l)
         l->st.dispatched++;
         n++;
     }
-    if (l->closed) {
-        /* Closed by one of its callbacks: the free was left to us. */
-        pthread_mutex_unlock(&l->mu);
-        loop_free(l);
-        return n;
-    }
-    if (l->live == 0) {
+    if (l->live == 0 && !l->closed) {
         l->head = l->tail; /* only tombstones left */
         drain_locked(l);
     }

@@ -1069,6 +1069,11 @@ chime_pool_destroy(chime_pool *p)
     pthread_mutex_unlock(&p->mu);
     if (join)
         pthread_join(last, NULL);
+    while (p->closed_loops) {
+        struct chime_loop *l = p->closed_loops;
+        p->closed_loops = l->next;
+        chime__loop_free(l);
+    }
     chime__heap_free(&p->heap);
     chime__pool_unref(p);
     return 0;

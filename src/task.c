@@ -412,6 +412,8 @@ chime_strerror(int err)
         return "operation not permitted (not the binding's loop thread)";
     case -ECHILD:
         return "pool or binding inherited across fork: unusable in the child";
+    case -EBADF:
+        return "binding closed";
     case -EMFILE:
         return "too many open files";
     default:

@@ -522,7 +522,7 @@ CHIME_EXPORT int chime_loop_new(chime_pool *pool, const chime_loop_options *opts
 
 /* The readiness fd: readable while callbacks are ready to run. Watch it for
  * input, level-triggered; never read or close it yourself. -EINVAL for
- * NULL. Thread-safety: any thread. */
+ * NULL, -EBADF once closed. Thread-safety: any thread. */
 CHIME_EXPORT int chime_loop_fd(chime_loop *loop);
 
 /* Declares the calling thread the binding's loop thread (otherwise the first
@@ -532,8 +532,8 @@ CHIME_EXPORT int chime_loop_set_thread(chime_loop *loop);
 
 /* Runs up to batch_limit ready callbacks on the calling thread. Returns how
  * many ran (>= 0), -EINVAL (NULL), -EPERM (not the binding's loop thread),
- * -EBUSY (called from one of this binding's own callbacks), -ECHILD (after
- * fork). The fd stays readable if work remains.
+ * -EBUSY (called from one of this binding's own callbacks), -ESHUTDOWN
+ * (binding closed), -ECHILD (after fork). The fd stays readable if work remains.
  * Thread-safety: loop thread only. Runs on: the loop thread (the callbacks
  * it runs), no chime lock held. */
 CHIME_EXPORT int chime_loop_dispatch(chime_loop *loop);
@@ -580,14 +580,15 @@ typedef struct chime_loop_stats {
 CHIME_EXPORT int chime_loop_get_stats(chime_loop *loop, chime_loop_stats *out);
 
 /* Closes the binding: its queued and ready tasks are cancelled (their
- * handles complete as cancelled), later submissions to it fail, a callback
- * running now finishes, the fd is closed under the binding's lock (no
- * worker can write to a closed or reused fd), and the binding is freed
- * (when called from one of its own callbacks: when that dispatch returns).
- * Stop watching the fd before closing (chime_event_detach does both).
- * No other call on this binding may race with close or follow it.
- * close(NULL) is a no-op. Returns 0, -EPERM (a thread other than the loop
- * thread while a dispatch runs), -ECHILD.
+ * handles complete as cancelled), a callback running now finishes, and the
+ * fd is closed under the binding's lock (no worker can write to a closed or
+ * reused fd). Later calls on the binding are safe until the pool is
+ * destroyed: posts and schedules return -ESHUTDOWN, dispatch -ESHUTDOWN,
+ * chime_loop_fd -EBADF, close -EALREADY (the binding's small record is
+ * freed by chime_pool_destroy). Stop watching the fd before closing
+ * (chime_event_detach does both). close(NULL) is a no-op.
+ * Returns 0, -EALREADY, -EPERM (a thread other than the loop thread while a
+ * dispatch runs), -ECHILD.
  * Thread-safety: the loop thread, or any thread once the loop no longer
  * dispatches. Every binding must be closed before chime_pool_destroy(). */
 CHIME_EXPORT int chime_loop_close(chime_loop *loop);
