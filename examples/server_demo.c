@@ -1,0 +1,891 @@
+/* server_demo: an idle-timeout echo server under load, with periodic
+ * maintenance on a worker. The main demo (scripts/demo.sh runs it).
+ *
+ * What it shows
+ * - Server (the loop thread): a libevent echo server on 127.0.0.1 with an
+ *   ephemeral port. Every connection has an idle timer that is a chime loop
+ *   task (chime_loop_schedule on the libevent binding), re-armed on every
+ *   read (chime_task_rearm); when it fires, its callback runs on the loop
+ *   thread and closes the connection there. Lateness = fire time - (last
+ *   activity + idle timeout) is recorded for every timeout.
+ * - Maintenance (a worker): every 250 ms a fixed-rate pool task scans an
+ *   immutable snapshot of the session table that the loop published, and
+ *   posts the expired session ids back (chime_loop_post); the loop re-checks
+ *   and evicts them. The worker never touches the table (cache_evict.c
+ *   explains the protocol in detail).
+ * - Load (a client thread): --conns connections (2,000 by default) from its
+ *   own event_base; 30% go quiet after one echo and must be closed by the
+ *   server's idle timeout (they reconnect while there is time, so the run
+ *   sees many timeouts); the rest echo every 100-300 ms and must never be
+ *   closed by the server.
+ *
+ * Threads: who touches what
+ * - main = the server's loop thread: the server event_base, the listener,
+ *   every server bufferevent, struct server (counters, session table,
+ *   lateness samples). All chime callbacks except the scan run here.
+ * - chime workers: keep time for the loop tasks and run the scan, which
+ *   reads only the published snapshot and writes only the victim list.
+ * - the client thread: its own event_base and everything in struct load.
+ *   When it is done it posts "stop" to the server loop (chime_loop_post);
+ *   main reads its results after pthread_join(). Two bases in two threads,
+ *   each touched by its own thread only: no evthread_use_pthreads().
+ *
+ * Exits 0 when every idle connection was closed by its timer, no active one
+ * was closed, and no timer ran early.
+ *
+ * Usage: server_demo [--seconds N] [--conns N] [--idle-ms N]
+ */
+#include <chime/chime.h>
+#include <chime/event.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#define IDLE_SHARE 30               /* % of client slots that go quiet */
+#define SEND_MIN (100 * CHIME_MSEC) /* active clients: pause between echoes */
+#define SEND_SPREAD (200 * CHIME_MSEC)
+#define MAINT_PERIOD (250 * CHIME_MSEC)
+#define SESSION_LINGER (500 * CHIME_MSEC) /* kept after the idle timeout */
+#define RAMP_TICK (5 * CHIME_MSEC)        /* clients connect over ~0.5 s */
+
+static const char ping[] = "ping 0123456789\n";
+#define PING_LEN (sizeof(ping) - 1)
+
+static void
+die(const char *what, int rc)
+{
+    fprintf(stderr, "server_demo: %s: %s\n", what, chime_strerror(rc));
+    exit(1);
+}
+
+static void *
+xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n);
+    if (!p)
+        die("realloc", -ENOMEM);
+    return p;
+}
+
+/* ======================================================================== */
+/* Server: loop thread only, except where a field says otherwise             */
+
+struct session {
+    uint64_t id;
+    int64_t last_seen;
+    struct conn *conn; /* NULL once the connection is closed */
+};
+
+struct snap_entry {
+    uint32_t index;
+    uint64_t id;
+    int64_t expiry;
+};
+
+struct victim {
+    uint32_t index;
+    uint64_t id;
+};
+
+enum { OWNER_LOOP, OWNER_WORKER };
+
+struct conn {
+    struct server *srv;
+    struct bufferevent *bev;
+    chime_task *idle; /* our handle on the idle timer (a loop task) */
+    int64_t last_active;
+    uint32_t sess; /* index in srv->sess */
+    struct conn *prev, *next;
+};
+
+struct server {
+    struct event_base *base;
+    struct evconnlistener *listener;
+    chime_loop *loop; /* any thread may post to it */
+    int64_t idle_ns, t0;
+    struct conn *conns;
+    uint64_t open, served, peer_closed, idle_fired, echoes, early, failures;
+    uint64_t last_echoes; /* for the per-second line */
+    int64_t *lateness;    /* one sample per idle timeout */
+    size_t nlat, caplat;
+    bool stopped_by_deadline;
+
+    /* The session table: one record per connection, kept SESSION_LINGER
+     * past the idle timeout after its connection went quiet. */
+    struct session *sess;
+    uint32_t nsess, capsess;
+    uint64_t next_id;
+
+    /* Maintenance hand-off (see cache_evict.c). owner says who may touch
+     * snap[] and victims[] now; the loop sizes both while it owns them. */
+    atomic_int owner;
+    struct snap_entry *snap;
+    uint32_t nsnap, capsnap;
+    struct victim *victims; /* capsnap entries */
+    uint32_t nvictims;
+    pthread_mutex_t scan_mu;
+    bool scan_stopped; /* guarded by scan_mu: no scan posts once set */
+    uint64_t passes, scanned, evicted, kept;
+    int64_t scan_ns_total; /* written by the worker, read after the post */
+    int64_t scan_ns;
+};
+
+static int64_t
+session_expiry(const struct server *srv, const struct session *s)
+{
+    return s->last_seen + srv->idle_ns + SESSION_LINGER;
+}
+
+static uint32_t
+session_add(struct server *srv, struct conn *c, int64_t now)
+{
+    if (srv->nsess == srv->capsess) {
+        srv->capsess = srv->capsess ? 2 * srv->capsess : 1024;
+        srv->sess = xrealloc(srv->sess, srv->capsess * sizeof(*srv->sess));
+    }
+    srv->sess[srv->nsess] =
+        (struct session){.id = srv->next_id++, .last_seen = now, .conn = c};
+    return srv->nsess++;
+}
+
+/* Swap-remove; the moved record's connection learns its new index. */
+static void
+session_remove(struct server *srv, uint32_t i)
+{
+    srv->sess[i] = srv->sess[--srv->nsess];
+    if (i < srv->nsess && srv->sess[i].conn)
+        srv->sess[i].conn->sess = i;
+}
+
+/* Loop thread: copy (index, id, expiry) of every record for the worker. */
+static void
+publish_snapshot(struct server *srv)
+{
+    if (srv->capsnap < srv->nsess) {
+        srv->capsnap = srv->nsess + srv->nsess / 2;
+        srv->snap = xrealloc(srv->snap, srv->capsnap * sizeof(*srv->snap));
+        srv->victims =
+            xrealloc(srv->victims, srv->capsnap * sizeof(*srv->victims));
+    }
+    for (uint32_t i = 0; i < srv->nsess; i++)
+        srv->snap[i] = (struct snap_entry){i, srv->sess[i].id,
+                                           session_expiry(srv, &srv->sess[i])};
+    srv->nsnap = srv->nsess;
+    atomic_store_explicit(&srv->owner, OWNER_WORKER, memory_order_release);
+}
+
+/* Runs on: the loop thread, posted by the scan. Victims come in ascending
+ * index order; evicting from the highest index down keeps the indices of
+ * the ones still to do valid across swap-removes. */
+static int
+evict_sessions(chime_task *self, void *arg, void **result)
+{
+    struct server *srv = arg;
+    (void)self;
+    (void)result;
+    int64_t now = chime_now_ns();
+    for (uint32_t k = srv->nvictims; k-- > 0;) {
+        struct victim v = srv->victims[k];
+        /* Never a record whose connection is open (conn->sess points at
+         * it), even if its timeout were very late. */
+        if (v.index < srv->nsess && srv->sess[v.index].id == v.id &&
+            !srv->sess[v.index].conn &&
+            session_expiry(srv, &srv->sess[v.index]) <= now) {
+            session_remove(srv, v.index);
+            srv->evicted++;
+        } else {
+            srv->kept++; /* seen again since the snapshot, or open */
+        }
+    }
+    srv->passes++;
+    srv->scanned += srv->nsnap;
+    srv->scan_ns_total += srv->scan_ns;
+    publish_snapshot(srv);
+    return 0;
+}
+
+/* Runs on: a worker thread, every MAINT_PERIOD. */
+static int
+scan_sessions(chime_task *self, void *arg, void **result)
+{
+    struct server *srv = arg;
+    (void)self;
+    (void)result;
+    pthread_mutex_lock(&srv->scan_mu);
+    if (!srv->scan_stopped &&
+        atomic_load_explicit(&srv->owner, memory_order_acquire) ==
+            OWNER_WORKER) {
+        int64_t t = chime_now_ns();
+        uint32_t nv = 0;
+        for (uint32_t i = 0; i < srv->nsnap; i++)
+            if (srv->snap[i].expiry <= t)
+                srv->victims[nv++] =
+                    (struct victim){srv->snap[i].index, srv->snap[i].id};
+        srv->nvictims = nv;
+        srv->scan_ns = chime_now_ns() - t;
+        atomic_store_explicit(&srv->owner, OWNER_LOOP, memory_order_release);
+        int rc = chime_loop_post(srv->loop, evict_sessions, srv, NULL);
+        if (rc != 0)
+            fprintf(stderr, "server_demo: post: %s\n", chime_strerror(rc));
+    }
+    pthread_mutex_unlock(&srv->scan_mu);
+    return 0;
+}
+
+static void
+conn_free(struct conn *c)
+{
+    struct server *srv = c->srv;
+    srv->sess[c->sess].conn = NULL; /* the record lingers */
+    bufferevent_free(c->bev);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    srv->open--;
+    free(c);
+}
+
+/* The idle timeout. Runs on: the loop thread. */
+static int
+on_idle(chime_task *self, void *arg, void **result)
+{
+    struct conn *c = arg;
+    struct server *srv = c->srv;
+    (void)self;
+    (void)result;
+    int64_t late = chime_now_ns() - (c->last_active + srv->idle_ns);
+    if (late < 0)
+        srv->early++;
+    if (srv->nlat == srv->caplat) {
+        srv->caplat = srv->caplat ? 2 * srv->caplat : 1024;
+        srv->lateness =
+            xrealloc(srv->lateness, srv->caplat * sizeof(*srv->lateness));
+    }
+    srv->lateness[srv->nlat++] = late;
+    srv->idle_fired++;
+    chime_task_release(c->idle); /* the pool keeps its own while we run */
+    conn_free(c);
+    return 0;
+}
+
+static void
+on_read(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    struct server *srv = c->srv;
+    c->last_active = chime_now_ns();
+    srv->sess[c->sess].last_seen = c->last_active;
+    /* On the loop thread, before the timer ran: even if it is already due
+     * it now waits a full idle period again. */
+    if (chime_task_rearm(c->idle, srv->idle_ns) != 0)
+        srv->failures++;
+    srv->echoes++;
+    bufferevent_write_buffer(bev, bufferevent_get_input(bev));
+}
+
+static void
+on_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct conn *c = arg;
+    (void)bev;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        chime_task_cancel(c->idle, 0); /* on the loop thread: never runs */
+        chime_task_release(c->idle);
+        c->srv->peer_closed++;
+        conn_free(c);
+    }
+}
+
+static void
+on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+          int salen, void *arg)
+{
+    struct server *srv = arg;
+    (void)l;
+    (void)sa;
+    (void)salen;
+    struct conn *c = calloc(1, sizeof(*c));
+    if (!c || !(c->bev = bufferevent_socket_new(srv->base, fd,
+                                                BEV_OPT_CLOSE_ON_FREE))) {
+        evutil_closesocket(fd);
+        free(c);
+        srv->failures++;
+        return;
+    }
+    c->srv = srv;
+    c->last_active = chime_now_ns();
+    int rc = chime_loop_schedule(srv->loop, on_idle, c, srv->idle_ns, &c->idle);
+    if (rc != 0) {
+        bufferevent_free(c->bev);
+        free(c);
+        srv->failures++;
+        return;
+    }
+    c->sess = session_add(srv, c, c->last_active);
+    bufferevent_setcb(c->bev, on_read, NULL, on_event, c);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    srv->open++;
+    srv->served++;
+}
+
+/* Runs on: the loop thread, every second. */
+static int
+print_stats(chime_task *self, void *arg, void **result)
+{
+    struct server *srv = arg;
+    (void)self;
+    (void)result;
+    printf("[%4.1f s] open %5" PRIu64 "  served %6" PRIu64
+           "  idle timeouts %5" PRIu64 "  echoes/s %6" PRIu64
+           "  sessions %5u  evicted %5" PRIu64 "\n",
+           (double)(chime_now_ns() - srv->t0) / (double)CHIME_SEC, srv->open,
+           srv->served, srv->idle_fired, srv->echoes - srv->last_echoes,
+           srv->nsess, srv->evicted);
+    fflush(stdout);
+    srv->last_echoes = srv->echoes;
+    return 0;
+}
+
+static int
+stop_server(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    event_base_loopbreak(((struct server *)arg)->base);
+    return 0;
+}
+
+static int
+stop_on_deadline(chime_task *self, void *arg, void **result)
+{
+    ((struct server *)arg)->stopped_by_deadline = true;
+    return stop_server(self, arg, result);
+}
+
+/* ======================================================================== */
+/* Load: the client thread only                                              */
+
+struct client {
+    struct load *ld;
+    struct bufferevent *bev;
+    struct event *pace; /* active clients: the next send */
+    bool idle_kind;
+    int64_t last_send;
+    size_t expect; /* echo bytes still to come */
+};
+
+struct load {
+    /* Set by main before the thread starts. */
+    struct sockaddr_in addr;
+    int n;
+    int64_t idle_ns, run_ns;
+    chime_loop *server_loop;
+    struct server *srv; /* only handed back to the server loop */
+    /* The client thread's own. */
+    struct event_base *base;
+    struct client *c;
+    struct event *ramp, *stop, *deadline;
+    int next;
+    int64_t t0;
+    bool stopping;
+    int idle_live; /* idle clients connecting or connected */
+    uint64_t rng;
+    /* Results: main reads them after pthread_join(). */
+    uint64_t idle_conns, active_conns, idle_eofs, active_closed, early_eofs;
+    uint64_t errors, echoes;
+    int idle_unclosed;
+    bool by_deadline;
+};
+
+static void client_start(struct client *cl);
+
+static struct timeval
+tv_of(int64_t ns)
+{
+    if (ns < 0)
+        ns = 0;
+    return (struct timeval){.tv_sec = ns / CHIME_SEC,
+                            .tv_usec = (ns % CHIME_SEC) / CHIME_USEC};
+}
+
+static void
+load_finish(struct load *ld)
+{
+    event_base_loopexit(ld->base, NULL);
+}
+
+static void
+client_send(struct client *cl)
+{
+    cl->last_send = chime_now_ns();
+    cl->expect += PING_LEN;
+    bufferevent_write(cl->bev, ping, PING_LEN);
+}
+
+static void
+client_close(struct client *cl)
+{
+    struct load *ld = cl->ld;
+    evtimer_del(cl->pace);
+    bufferevent_free(cl->bev);
+    cl->bev = NULL;
+    cl->expect = 0;
+    if (cl->idle_kind)
+        ld->idle_live--;
+}
+
+static void
+c_pace(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    client_send(arg);
+}
+
+static void
+c_read(struct bufferevent *bev, void *arg)
+{
+    struct client *cl = arg;
+    struct load *ld = cl->ld;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t n = evbuffer_get_length(in);
+    evbuffer_drain(in, n);
+    if (n > cl->expect) {
+        ld->errors++; /* more than we sent */
+        n = cl->expect;
+    }
+    cl->expect -= n;
+    if (cl->expect > 0)
+        return;
+    ld->echoes++;
+    if (!cl->idle_kind && !ld->stopping) {
+        ld->rng = ld->rng * 6364136223846793005u + 1442695040888963407u;
+        int64_t pause =
+            SEND_MIN + (int64_t)((ld->rng >> 33) % (uint64_t)SEND_SPREAD);
+        struct timeval tv = tv_of(pause);
+        evtimer_add(cl->pace, &tv);
+    }
+}
+
+static void
+c_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct client *cl = arg;
+    struct load *ld = cl->ld;
+    (void)bev;
+    if (what & BEV_EVENT_CONNECTED) {
+        if (cl->idle_kind)
+            ld->idle_conns++;
+        else
+            ld->active_conns++;
+        client_send(cl);
+        return;
+    }
+    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+        return;
+    int64_t now = chime_now_ns();
+    if (what & BEV_EVENT_ERROR) {
+        if (ld->errors++ < 5)
+            fprintf(stderr, "server_demo: client: %s\n",
+                    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    } else if (cl->idle_kind) {
+        ld->idle_eofs++; /* closed by the server's idle timeout */
+        if (now - cl->last_send < ld->idle_ns)
+            ld->early_eofs++;
+    } else {
+        ld->active_closed++; /* must never happen */
+    }
+    bool again = cl->idle_kind && !ld->stopping;
+    client_close(cl);
+    /* An idle slot reconnects while its next timeout still fits the run. */
+    if (again && now + ld->idle_ns + 300 * CHIME_MSEC < ld->t0 + ld->run_ns)
+        client_start(cl);
+    else if (ld->stopping && ld->idle_live == 0)
+        load_finish(ld);
+}
+
+static void
+client_start(struct client *cl)
+{
+    struct load *ld = cl->ld;
+    cl->bev = bufferevent_socket_new(ld->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (!cl->bev) {
+        ld->errors++;
+        return;
+    }
+    bufferevent_setcb(cl->bev, c_read, NULL, c_event, cl);
+    bufferevent_enable(cl->bev, EV_READ | EV_WRITE);
+    if (cl->idle_kind)
+        ld->idle_live++;
+    if (bufferevent_socket_connect(cl->bev, (struct sockaddr *)&ld->addr,
+                                   sizeof(ld->addr)) < 0) {
+        if (ld->errors++ < 5)
+            fprintf(stderr, "server_demo: connect: %s\n",
+                    evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        client_close(cl);
+    }
+}
+
+static void
+c_ramp(evutil_socket_t fd, short what, void *arg)
+{
+    struct load *ld = arg;
+    (void)fd;
+    (void)what;
+    int batch = ld->n / (int)(500 * CHIME_MSEC / RAMP_TICK) + 1;
+    for (int k = 0; k < batch && ld->next < ld->n && !ld->stopping; k++)
+        client_start(&ld->c[ld->next++]);
+    if (ld->next < ld->n && !ld->stopping) {
+        struct timeval tv = tv_of(RAMP_TICK);
+        evtimer_add(ld->ramp, &tv);
+    }
+}
+
+/* The run is over: active clients hang up (the server sees EOF); idle
+ * ones wait for their timeout, then the load is finished. */
+static void
+c_stop(evutil_socket_t fd, short what, void *arg)
+{
+    struct load *ld = arg;
+    (void)fd;
+    (void)what;
+    ld->stopping = true;
+    for (int i = 0; i < ld->n; i++)
+        if (ld->c[i].bev && !ld->c[i].idle_kind)
+            client_close(&ld->c[i]);
+    if (ld->idle_live == 0)
+        load_finish(ld);
+}
+
+static void
+c_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct load *ld = arg;
+    (void)fd;
+    (void)what;
+    ld->by_deadline = true;
+    load_finish(ld);
+}
+
+static void *
+load_main(void *arg)
+{
+    struct load *ld = arg;
+    ld->base = event_base_new();
+    ld->c = calloc((size_t)ld->n, sizeof(*ld->c));
+    if (!ld->base || !ld->c)
+        die("client setup", -ENOMEM);
+    ld->rng = 42;
+    for (int i = 0; i < ld->n; i++) {
+        struct client *cl = &ld->c[i];
+        cl->ld = ld;
+        /* Spread the idle ones evenly over the ramp. */
+        cl->idle_kind = (i * IDLE_SHARE) % 100 < IDLE_SHARE;
+        cl->pace = evtimer_new(ld->base, c_pace, cl);
+        if (!cl->pace)
+            die("evtimer_new", -ENOMEM);
+    }
+    ld->ramp = evtimer_new(ld->base, c_ramp, ld);
+    ld->stop = evtimer_new(ld->base, c_stop, ld);
+    ld->deadline = evtimer_new(ld->base, c_deadline, ld);
+    if (!ld->ramp || !ld->stop || !ld->deadline)
+        die("evtimer_new", -ENOMEM);
+    ld->t0 = chime_now_ns();
+    struct timeval now = tv_of(0), stop = tv_of(ld->run_ns),
+                   dl = tv_of(ld->run_ns + ld->idle_ns + 5 * CHIME_SEC);
+    evtimer_add(ld->ramp, &now);
+    evtimer_add(ld->stop, &stop);
+    evtimer_add(ld->deadline, &dl);
+
+    event_base_dispatch(ld->base);
+
+    ld->idle_unclosed = ld->idle_live;
+    for (int i = 0; i < ld->n; i++) {
+        if (ld->c[i].bev)
+            client_close(&ld->c[i]);
+        event_free(ld->c[i].pace);
+    }
+    event_free(ld->ramp);
+    event_free(ld->stop);
+    event_free(ld->deadline);
+    event_base_free(ld->base);
+    free(ld->c);
+    /* All done: ask the server loop to stop. */
+    int rc = chime_loop_post(ld->server_loop, stop_server, ld->srv, NULL);
+    if (rc != 0)
+        die("post stop", rc);
+    return NULL;
+}
+
+/* ======================================================================== */
+
+static long
+parse_num(const char *opt, const char *val, long min, long max)
+{
+    char *end;
+    if (!val) {
+        fprintf(stderr, "server_demo: %s needs a value\n", opt);
+        exit(2);
+    }
+    long v = strtol(val, &end, 10);
+    if (*val == '\0' || *end != '\0' || v < min || v > max) {
+        fprintf(stderr, "server_demo: %s: expected %ld..%ld, got '%s'\n", opt,
+                min, max, val);
+        exit(2);
+    }
+    return v;
+}
+
+/* Two fds per connection (both ends live here) plus a margin. Raises the
+ * soft limit to the hard one if needed, else scales the count down. */
+static long
+fit_fd_limit(long conns)
+{
+    const rlim_t margin = 64;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return conns;
+    rlim_t need = 2 * (rlim_t)conns + margin;
+    if (rl.rlim_cur < need && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max < need ? rl.rlim_max : need;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < need) {
+        long fit =
+            rl.rlim_cur > margin + 2 ? (long)((rl.rlim_cur - margin) / 2) : 1;
+        printf("note: the open-file limit is %llu, too low for %ld "
+               "connections (2 fds each): using %ld\n",
+               (unsigned long long)rl.rlim_cur, conns, fit);
+        return fit;
+    }
+    return conns;
+}
+
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static double
+pct_us(const int64_t *v, size_t n, int p)
+{
+    if (n == 0)
+        return 0.0;
+    return (double)v[(n - 1) * (size_t)p / 100] / (double)CHIME_USEC;
+}
+
+int
+main(int argc, char **argv)
+{
+    long seconds = 5, conns = 2000, idle_ms = 1000;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--seconds") == 0)
+            seconds = parse_num(argv[i], argv[i + 1], 1, 3600), i++;
+        else if (strcmp(argv[i], "--conns") == 0)
+            conns = parse_num(argv[i], argv[i + 1], 1, 100000), i++;
+        else if (strcmp(argv[i], "--idle-ms") == 0)
+            idle_ms = parse_num(argv[i], argv[i + 1], 10, 60000), i++;
+        else {
+            fprintf(stderr, "usage: server_demo [--seconds N] [--conns N] "
+                            "[--idle-ms N]\n");
+            return 2;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+    conns = fit_fd_limit(conns);
+
+    static struct server srv;
+    srv.idle_ns = idle_ms * CHIME_MSEC;
+    pthread_mutex_init(&srv.scan_mu, NULL);
+
+    chime_pool_options opts;
+    chime_pool_options_init(&opts);
+    opts.threads = 2; /* time keeping for the loop tasks + the scan */
+    opts.name = "demo";
+    chime_pool *pool;
+    chime_event *binding;
+    int rc;
+    if ((rc = chime_pool_new(&opts, &pool)) != 0)
+        die("chime_pool_new", rc);
+    srv.base = event_base_new();
+    if (!srv.base)
+        die("event_base_new", -ENOMEM);
+    if ((rc = chime_event_attach(pool, srv.base, NULL, &binding)) != 0)
+        die("chime_event_attach", rc);
+    srv.loop = chime_event_loop(binding);
+
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    srv.listener = evconnlistener_new_bind(
+        srv.base, on_accept, &srv, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE,
+        4096, (struct sockaddr *)&sin, sizeof(sin));
+    if (!srv.listener)
+        die("listen on 127.0.0.1", -errno);
+    socklen_t sl = sizeof(sin);
+    getsockname(evconnlistener_get_fd(srv.listener), (struct sockaddr *)&sin,
+                &sl);
+
+    printf("chime %s server demo: echo server on 127.0.0.1:%u, idle timeout "
+           "%ld ms\n  load: %ld connections for %ld s (%d%% go idle and "
+           "reconnect, the rest echo every 100-300 ms)\n  maintenance: "
+           "session table scanned by a worker every %lld ms\n\n",
+           chime_version(), ntohs(sin.sin_port), idle_ms, conns, seconds,
+           IDLE_SHARE, (long long)(MAINT_PERIOD / CHIME_MSEC));
+    fflush(stdout);
+
+    srv.t0 = chime_now_ns();
+    publish_snapshot(&srv); /* main is the loop thread: it may */
+    chime_task *t_stats, *t_deadline, *t_scan;
+    if ((rc = chime_loop_schedule_at_fixed_rate(
+             srv.loop, print_stats, &srv, CHIME_SEC, CHIME_SEC, &t_stats)) != 0)
+        die("schedule stats", rc);
+    /* Safety net only: the client stops the server when it is done. */
+    int64_t deadline = (seconds + 15) * CHIME_SEC + 2 * srv.idle_ns;
+    if ((rc = chime_loop_schedule(srv.loop, stop_on_deadline, &srv, deadline,
+                                  &t_deadline)) != 0)
+        die("schedule deadline", rc);
+    if ((rc = chime_pool_schedule_at_fixed_rate(pool, scan_sessions, &srv,
+                                                MAINT_PERIOD, MAINT_PERIOD,
+                                                &t_scan)) != 0)
+        die("schedule scan", rc);
+
+    static struct load ld;
+    ld.addr = sin;
+    ld.n = (int)conns;
+    ld.idle_ns = srv.idle_ns;
+    ld.run_ns = seconds * CHIME_SEC;
+    ld.server_loop = srv.loop;
+    ld.srv = &srv;
+    pthread_t client;
+    if ((rc = pthread_create(&client, NULL, load_main, &ld)) != 0)
+        die("pthread_create", -rc);
+
+    event_base_dispatch(srv.base);
+
+    /* Still the loop thread. The client's run is bounded and it posts to
+     * the binding, so join it before the binding goes; then stop the scan
+     * for good (cancel, then wait out a run in progress). */
+    pthread_join(client, NULL);
+    chime_task_cancel(t_scan, 0);
+    pthread_mutex_lock(&srv.scan_mu);
+    srv.scan_stopped = true;
+    pthread_mutex_unlock(&srv.scan_mu);
+
+    chime_loop_stats ls;
+    chime_loop_get_stats(srv.loop, &ls);
+    uint64_t left_open = srv.open;
+    while (srv.conns) {
+        chime_task_cancel(srv.conns->idle, 0);
+        chime_task_release(srv.conns->idle);
+        conn_free(srv.conns);
+    }
+    chime_task *tasks[] = {t_stats, t_deadline, t_scan};
+    for (size_t i = 0; i < 3; i++) {
+        chime_task_cancel(tasks[i], 0);
+        chime_task_release(tasks[i]);
+    }
+    if ((rc = chime_event_detach(binding)) != 0)
+        die("chime_event_detach", rc);
+    evconnlistener_free(srv.listener);
+    event_base_free(srv.base);
+    if ((rc = chime_pool_destroy(pool)) != 0)
+        die("chime_pool_destroy", rc);
+    int64_t elapsed = chime_now_ns() - srv.t0;
+
+    qsort(srv.lateness, srv.nlat, sizeof(*srv.lateness), cmp_i64);
+    double scanned = srv.scanned ? (double)srv.scanned : 1.0;
+    printf("\nsummary\n");
+    printf("  connections served      %" PRIu64 " (client side: %" PRIu64
+           " active, %" PRIu64 " idle)\n",
+           srv.served, ld.active_conns, ld.idle_conns);
+    printf("  echo round trips        %" PRIu64
+           " (each one re-armed its connection's idle timer)\n",
+           srv.echoes);
+    printf("  idle timeouts fired     %" PRIu64 "; lateness p50 %.0f us, "
+           "p99 %.0f us, max %.0f us\n",
+           srv.idle_fired, pct_us(srv.lateness, srv.nlat, 50),
+           pct_us(srv.lateness, srv.nlat, 99),
+           pct_us(srv.lateness, srv.nlat, 100));
+    printf("  closed by the client    %" PRIu64 " (active clients at the "
+           "end)%s\n",
+           srv.peer_closed, left_open ? ", some still open at exit" : "");
+    printf("  maintenance passes      %" PRIu64 ", %" PRIu64
+           " session records scanned (%.1f ns each on a worker), %" PRIu64
+           " evicted, %" PRIu64 " kept on re-check\n",
+           srv.passes, srv.scanned, (double)srv.scan_ns_total / scanned,
+           srv.evicted, srv.kept);
+    printf("  loop callbacks run      %" PRIu64 " in %" PRIu64
+           " dispatch calls (chime_loop_get_stats)\n",
+           ls.dispatched, ls.dispatch_calls);
+    printf("  eventfd wake-ups        %" PRIu64 " = %.3f per callback\n",
+           ls.wakeups,
+           ls.dispatched ? (double)ls.wakeups / (double)ls.dispatched : 0.0);
+    printf("  elapsed                 %.2f s\n",
+           (double)elapsed / (double)CHIME_SEC);
+
+    int bad = 0;
+#define CHECK(ok, ...)                                                         \
+    do {                                                                       \
+        if (!(ok)) {                                                           \
+            fprintf(stderr, "server_demo: FAILED: " __VA_ARGS__);              \
+            bad = 1;                                                           \
+        }                                                                      \
+    } while (0)
+    CHECK(!srv.stopped_by_deadline && !ld.by_deadline,
+          "the run did not finish in time\n");
+    CHECK(ld.idle_unclosed == 0, "%d idle connections never closed\n",
+          ld.idle_unclosed);
+    CHECK(ld.idle_eofs == ld.idle_conns,
+          "%" PRIu64 " of %" PRIu64 " idle connections closed\n", ld.idle_eofs,
+          ld.idle_conns);
+    CHECK(srv.idle_fired == ld.idle_eofs,
+          "%" PRIu64 " timeouts fired but %" PRIu64 " idle clients closed "
+          "(an active connection was closed by its timer)\n",
+          srv.idle_fired, ld.idle_eofs);
+    CHECK(ld.active_closed == 0,
+          "%" PRIu64 " active connections closed by "
+          "the server\n",
+          ld.active_closed);
+    CHECK(srv.early == 0 && ld.early_eofs == 0,
+          "%" PRIu64 " timers ran early (%" PRIu64 " seen by clients)\n",
+          srv.early, ld.early_eofs);
+    CHECK(ld.errors == 0, "%" PRIu64 " client errors\n", ld.errors);
+    CHECK(srv.failures == 0, "%" PRIu64 " server-side failures\n",
+          srv.failures);
+    CHECK(ld.idle_conns > 0 && srv.idle_fired > 0, "no idle timeout fired\n");
+#undef CHECK
+    printf("invariants: every idle connection closed by its timer, no active "
+           "one closed, none early: %s\n",
+           bad ? "FAILED" : "OK");
+
+    free(srv.lateness);
+    free(srv.sess);
+    free(srv.snap);
+    free(srv.victims);
+    pthread_mutex_destroy(&srv.scan_mu);
+    return bad;
+}
