@@ -11,6 +11,7 @@
 #endif
 #include "internal.h"
 
+#include <stdlib.h>
 #include <time.h>
 
 int64_t
@@ -45,6 +46,17 @@ chime__abs_timespec(int64_t ns)
     ts.tv_sec = (time_t)(ns / CHIME_SEC);
     ts.tv_nsec = (long)(ns % CHIME_SEC);
     return ts;
+}
+
+chime__alloc_hooks chime__alloc = {malloc, calloc, realloc, free};
+
+void
+chime__set_alloc_hooks(const chime__alloc_hooks *h)
+{
+    chime__alloc.malloc = h && h->malloc ? h->malloc : malloc;
+    chime__alloc.calloc = h && h->calloc ? h->calloc : calloc;
+    chime__alloc.realloc = h && h->realloc ? h->realloc : realloc;
+    chime__alloc.free = h && h->free ? h->free : free;
 }
 
 int64_t

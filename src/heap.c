@@ -64,7 +64,7 @@ chime__heap_init(chime_heap *h)
 void
 chime__heap_free(chime_heap *h)
 {
-    free(h->slots);
+    chime__free(h->slots);
     chime__heap_init(h);
 }
 
@@ -77,7 +77,7 @@ chime__heap_reserve(chime_heap *h)
     if (h->cap >= UINT32_MAX / 2)
         return -ENOMEM;
     uint32_t ncap = h->cap < HEAP_MIN_CAP ? HEAP_MIN_CAP : h->cap + h->cap / 2;
-    chime_heap_slot *ns = realloc(h->slots, (size_t)ncap * sizeof(*ns));
+    chime_heap_slot *ns = chime__realloc(h->slots, (size_t)ncap * sizeof(*ns));
     if (ns == NULL)
         return -ENOMEM;
     h->slots = ns;

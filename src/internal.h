@@ -22,6 +22,22 @@
 #define chime__container_of(ptr, type, member)                                 \
     ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
+/* Allocation goes through these hooks so tests can fail any allocation
+ * site in turn (tests/test_faults.c). Not API; set only while no pool
+ * exists. NULL fields (or a NULL argument) restore the C library's. */
+typedef struct chime__alloc_hooks {
+    void *(*malloc)(size_t n);
+    void *(*calloc)(size_t n, size_t size);
+    void *(*realloc)(void *p, size_t n);
+    void (*free)(void *p);
+} chime__alloc_hooks;
+extern chime__alloc_hooks chime__alloc;
+void chime__set_alloc_hooks(const chime__alloc_hooks *h);
+#define chime__malloc(n) (chime__alloc.malloc(n))
+#define chime__calloc(n, s) (chime__alloc.calloc((n), (s)))
+#define chime__realloc(p, n) (chime__alloc.realloc((p), (n)))
+#define chime__free(p) (chime__alloc.free(p))
+
 /* Saturating deadline arithmetic (clock.c). */
 int64_t chime__deadline_after(int64_t now, int64_t delay);
 int64_t chime__sat_add(int64_t a, int64_t b);

@@ -66,12 +66,12 @@ ring_grow(struct chime_loop *l)
     uint32_t ncap = l->cap ? l->cap * 2 : RING_MIN_CAP;
     if (ncap == 0 || ncap > (UINT32_C(1) << 30))
         return -ENOMEM;
-    struct chime_task **nr = calloc(ncap, sizeof(*nr));
+    struct chime_task **nr = chime__calloc(ncap, sizeof(*nr));
     if (nr == NULL)
         return -ENOMEM;
     for (uint32_t i = l->head; i != l->tail; i++)
         nr[i & (ncap - 1)] = l->ring[i & (l->cap - 1)];
-    free(l->ring);
+    chime__free(l->ring);
     l->ring = nr;
     l->cap = ncap;
     return 0;
@@ -205,19 +205,19 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
         return -EINVAL;
     if (chime__forked(p->fork_gen))
         return -ECHILD;
-    struct chime_loop *l = calloc(1, sizeof(*l));
+    struct chime_loop *l = chime__calloc(1, sizeof(*l));
     if (l == NULL)
         return -ENOMEM;
     int rc = pthread_mutex_init(&l->mu, NULL);
     if (rc != 0) {
-        free(l);
+        chime__free(l);
         return -rc;
     }
     l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (l->efd < 0) {
         rc = -errno;
         pthread_mutex_destroy(&l->mu);
-        free(l);
+        chime__free(l);
         return rc;
     }
     l->pool = p;
@@ -230,7 +230,7 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
         pthread_mutex_unlock(&p->mu);
         close(l->efd);
         pthread_mutex_destroy(&l->mu);
-        free(l);
+        chime__free(l);
         return -ESHUTDOWN;
     }
     l->next = p->loops;
@@ -276,8 +276,8 @@ void
 chime__loop_free(struct chime_loop *l)
 {
     pthread_mutex_destroy(&l->mu);
-    free(l->ring);
-    free(l);
+    chime__free(l->ring);
+    chime__free(l);
 }
 
 static int
@@ -327,7 +327,7 @@ chime_loop_close(chime_loop *l)
     }
     chime__loop_cancel_ready_locked(l, false, &garbage);
     l->head = l->tail = 0;
-    free(l->ring);
+    chime__free(l->ring);
     l->ring = NULL;
     l->cap = 0;
     close(l->efd);

@@ -96,7 +96,7 @@ pool_free_shell(struct chime_pool *p)
     pthread_cond_destroy(&p->follower_cv);
     pthread_cond_destroy(&p->done_cv);
     pthread_cond_destroy(&p->term_cv);
-    free(p);
+    chime__free(p);
 }
 
 void
@@ -236,12 +236,12 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
         return -EINVAL;
 
     chime__fork_init();
-    struct chime_pool *p = calloc(1, sizeof(*p));
+    struct chime_pool *p = chime__calloc(1, sizeof(*p));
     if (p == NULL)
         return -ENOMEM;
     int rc = pthread_mutex_init(&p->mu, NULL);
     if (rc) {
-        free(p);
+        chime__free(p);
         return -rc;
     }
     pthread_cond_t *cvs[] = {&p->leader_cv, &p->follower_cv, &p->done_cv,
@@ -252,7 +252,7 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
             while (i-- > 0)
                 pthread_cond_destroy(cvs[i]);
             pthread_mutex_destroy(&p->mu);
-            free(p);
+            chime__free(p);
             return -rc;
         }
     }
@@ -562,7 +562,7 @@ worker_main(void *arg)
     pthread_mutex_unlock(&p->mu);
     if (join_prev)
         pthread_join(prev, NULL);
-    free(w);
+    chime__free(w);
     tls_worker = NULL;
     return NULL;
 }
@@ -580,7 +580,7 @@ default_create(pthread_t *tid, const pthread_attr_t *attr,
 static int
 spawn(struct chime_pool *p)
 {
-    struct chime_worker *w = calloc(1, sizeof(*w));
+    struct chime_worker *w = chime__calloc(1, sizeof(*w));
     int rc = w ? 0 : ENOMEM;
     pthread_attr_t attr;
     bool have_attr = false;
@@ -622,7 +622,7 @@ spawn(struct chime_pool *p)
         p->nthreads--;
         chime__try_terminate_locked(p);
         pthread_mutex_unlock(&p->mu);
-        free(w);
+        chime__free(w);
         return rc > 0 ? -rc : (rc < 0 ? rc : -EAGAIN);
     }
     return 0;

@@ -33,7 +33,7 @@ struct chime_task *
 chime__task_new(struct chime_pool *pool, chime_task_fn fn, void *arg, int kind,
                 int64_t period, int with_handle)
 {
-    struct chime_task *t = malloc(sizeof(*t));
+    struct chime_task *t = chime__malloc(sizeof(*t));
     if (t == NULL)
         return NULL;
     t->deadline = 0;
@@ -65,7 +65,7 @@ chime__task_free(struct chime_task *t)
 {
     struct chime_pool *p = t->pool;
     int had_ref = atomic_load_explicit(&t->poolref, memory_order_relaxed);
-    free(t);
+    chime__free(t);
     if (had_ref)
         chime__pool_unref(p);
 }
