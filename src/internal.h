@@ -184,6 +184,8 @@ struct chime_loop {
     unsigned batch_limit;     /* immutable */
     unsigned fork_gen;        /* immutable */
     chime_loop_stats st;      /* mu */
+    uint64_t fast_completed;  /* mu: runs settled without the pool lock,
+                                 added to the pool's `completed` stat */
     struct chime_loop *prev, *next; /* pool->mu: pool->loops list */
 };
 

@@ -349,6 +349,26 @@ chime_loop_close(chime_loop *l)
 
 /* ---- dispatch ----------------------------------------------------------- */
 
+/* The common case settled without the pool lock: a one-shot that returned
+ * 0 and that nobody holds a handle to (a fire-and-forget post or timer).
+ * Nobody can wait on it, re-arm or cancel it any more (that takes a handle;
+ * the acquire load of refs orders us after whatever a former holder did),
+ * so it completes and is freed right here. Returns false when the task
+ * needs the full settle under the pool lock. */
+static bool
+settle_unlocked(struct chime_task *t, int rc)
+{
+    if (rc != 0 || t->kind != CHIME_KIND_ONESHOT)
+        return false;
+    uint32_t refs = atomic_load_explicit(&t->refs, memory_order_acquire);
+    if ((refs & CHIME_REF_HANDLES) != 0 || (t->flags & CHIME_TF_REARM) ||
+        chime__task_state(t) != CHIME_TASK_RUNNING)
+        return false;
+    atomic_store_explicit(&t->state, CHIME_TASK_DONE, memory_order_release);
+    chime__task_drop_pool_ref(t);
+    return true;
+}
+
 int
 chime_loop_dispatch(chime_loop *l)
 {
@@ -376,7 +396,7 @@ chime_loop_dispatch(chime_loop *l)
     l->dispatching = true;
     l->st.dispatch_calls++;
 
-    int n = 0;
+    int n = 0, fast = 0;
     while ((unsigned)n < l->batch_limit && !l->closed) {
         struct chime_task *t = pop_locked(l);
         if (t == NULL)
@@ -398,26 +418,41 @@ chime_loop_dispatch(chime_loop *l)
             p->on_error(p, t, rc, p->hook_ctx);
         chime__set_current_task(prev);
 
-        struct chime_task *garbage = NULL;
-        pthread_mutex_lock(&p->mu);
-        chime__settle_locked(p, t, rc, result, false, &garbage);
-        /* It left the ring when it started; it counts no longer. */
-        atomic_fetch_sub(&p->loop_tasks, 1);
-        chime__try_terminate_locked(p);
-        pthread_mutex_unlock(&p->mu);
-        chime__free_garbage(garbage);
+        if (settle_unlocked(t, rc)) {
+            fast++;
+        } else {
+            struct chime_task *garbage = NULL;
+            pthread_mutex_lock(&p->mu);
+            chime__settle_locked(p, t, rc, result, false, &garbage);
+            /* It left the ring when it started; it counts no longer. */
+            atomic_fetch_sub(&p->loop_tasks, 1);
+            chime__try_terminate_locked(p);
+            pthread_mutex_unlock(&p->mu);
+            chime__free_garbage(garbage);
+        }
 
         pthread_mutex_lock(&l->mu);
         l->current = NULL;
         l->st.dispatched++;
         n++;
     }
+    l->fast_completed += fast;
     if (l->live == 0 && !l->closed) {
         l->head = l->tail; /* only tombstones left */
         drain_locked(l);
     }
     l->dispatching = false;
     pthread_mutex_unlock(&l->mu);
+    /* Fast-path tasks leave the count once per dispatch, not once each: the
+     * count is shared with every producer. Only a shut-down pool can be
+     * waiting for it to reach zero. */
+    if (fast != 0 &&
+        atomic_fetch_sub(&p->loop_tasks, (size_t)fast) == (size_t)fast &&
+        !atomic_load(&p->accepting)) {
+        pthread_mutex_lock(&p->mu);
+        chime__try_terminate_locked(p);
+        pthread_mutex_unlock(&p->mu);
+    }
     return n;
 }
 
