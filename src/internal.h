@@ -54,42 +54,135 @@ enum {
 
 /* Task flag bits (task->flags, guarded by the pool mutex). */
 enum {
-    CHIME_TF_REARM = 1u << 0, /* a re-arm arrived while running */
+    CHIME_TF_REARM = 1u << 0,  /* a re-arm arrived while running */
+    CHIME_TF_INHEAP = 1u << 1, /* in pool->heap (also while cancelled and
+                                  retained, remove_on_cancel off) */
 };
 
-/* Reference word: bit 31 = the pool holds the task (queued or running);
- * bits 0..30 = handle references. The task is freed by whoever makes the
- * word 0. */
+/* Internal state beyond chime_task_state: due and waiting in its binding's
+ * ready ring (reported as PENDING). Negative: never "final". */
+#define CHIME_TASK_READY (-1)
+
+/* The reference word (task->refs), one atomic for everything that is not
+ * guarded by a lock:
+ *   bit 31     the pool holds the task (queued, ready or running)
+ *   bit 30     the task holds a reference on its pool's memory (it has, or
+ *              had, a handle)
+ *   bit 29     interrupted (cancel with CHIME_CANCEL_INTERRUPT, shutdown_now)
+ *   bits 27-28 the kind (immutable)
+ *   bits 0-26  handle references
+ * The task is freed by whoever leaves it with neither the pool bit nor a
+ * handle reference. */
 #define CHIME_REF_POOL (UINT32_C(1) << 31)
-#define CHIME_REF_HANDLES (CHIME_REF_POOL - 1)
+#define CHIME_REF_POOLREF (UINT32_C(1) << 30)
+#define CHIME_REF_INTERRUPTED (UINT32_C(1) << 29)
+#define CHIME_REF_KIND_SHIFT 27
+#define CHIME_REF_KIND (UINT32_C(3) << CHIME_REF_KIND_SHIFT)
+#define CHIME_REF_HANDLES ((UINT32_C(1) << CHIME_REF_KIND_SHIFT) - 1)
 
+/* 48 bytes. Fields that are needed in different phases of a task's life
+ * share storage (see the unions); a queued task's deadline lives only in its
+ * heap slot or ring entry. */
 struct chime_task {
-    int64_t deadline;      /* pool mutex: next due time (pool clock) */
-    uint64_t seq;          /* pool mutex: FIFO tie-break among deadlines */
-    int64_t period;        /* immutable: 0 one-shot, > 0 period/delay */
-    chime_task_fn fn;      /* immutable */
-    void *arg;             /* immutable */
+    chime_task_fn fn;        /* immutable */
+    void *arg;               /* immutable */
     struct chime_pool *pool; /* immutable; never dereferenced once the task
-                                has completed (the pool may be gone) */
-    void *result;          /* pool mutex until completion, then immutable */
-    int64_t rearm_deadline;/* pool mutex: pending re-arm of a running task */
-    uint32_t heap_index;   /* pool mutex: slot in pool->heap or HEAP_NONE */
+                                has completed unless it holds a pool
+                                reference (the pool may be gone) */
+    union {
+        int64_t period; /* periodic kinds: immutable */
+        void *result;   /* one-shot: set when it completes DONE */
+    };
+    union {
+        struct {
+            uint32_t seq;        /* queued: FIFO tie-break (pool mutex) */
+            uint32_t heap_index; /* queued: heap slot (pool mutex), or
+                                    ring position (loop mutex) */
+        };
+        int64_t run_deadline; /* running: the deadline of this run, or the
+                                 re-arm target with CHIME_TF_REARM */
+        struct chime_task *next; /* on a list: removed, returned, garbage,
+                                    free list */
+        int32_t error; /* FAILED: the cause; REJECTED: the reason */
+    };
     _Atomic uint32_t refs; /* see CHIME_REF_* */
-    _Atomic int state;     /* chime_task_state; written under the pool
-                              mutex, read lock-free (terminal states never
-                              change again) */
-    int error;             /* pool mutex until completion, then immutable */
-    uint8_t kind;          /* immutable: CHIME_KIND_* */
+    _Atomic int8_t state;  /* chime_task_state or CHIME_TASK_READY; final
+                              states are written under the pool mutex and
+                              never change again, so they may be read
+                              lock-free */
     uint8_t flags;         /* pool mutex: CHIME_TF_* */
-    _Atomic uint8_t interrupted; /* set by cancel(INTERRUPT)/shutdown_now */
-    _Atomic uint8_t poolref; /* this task holds a reference on the pool
-                                (it has, or had, a handle) */
-    struct chime_task *next; /* owner's list link: garbage, shutdown lists */
-    struct chime_loop *loop; /* immutable: the binding whose thread runs it,
-                                or NULL for a worker task */
-    uint8_t ready;         /* loop->mu: in loop's ready ring; heap_index
-                              then holds the ring position */
+    uint16_t loop_id;      /* immutable: 0, or 1 + the binding's slot in
+                              pool->loop_table */
 };
+
+static inline int
+chime__task_state(const struct chime_task *t)
+{
+    return atomic_load_explicit(&t->state, memory_order_acquire);
+}
+
+static inline int
+chime__state_is_final(int s)
+{
+    return s >= CHIME_TASK_DONE;
+}
+
+static inline int
+chime__task_kind(const struct chime_task *t)
+{
+    return (int)((atomic_load_explicit(&t->refs, memory_order_relaxed) &
+                  CHIME_REF_KIND) >>
+                 CHIME_REF_KIND_SHIFT);
+}
+
+static inline bool
+chime__task_interrupted(const struct chime_task *t)
+{
+    return atomic_load_explicit(&t->refs, memory_order_acquire) &
+           CHIME_REF_INTERRUPTED;
+}
+
+static inline void
+chime__task_interrupt(struct chime_task *t)
+{
+    atomic_fetch_or_explicit(&t->refs, CHIME_REF_INTERRUPTED,
+                             memory_order_release);
+}
+
+/* Free task nodes: the free-list link sits in the node's first word; the
+ * rest is poisoned under ASan, so a use after free of a task is still
+ * reported although its memory is only recycled. */
+static inline struct chime_task **
+chime__node_link(struct chime_task *t)
+{
+    return (struct chime_task **)(void *)t;
+}
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define chime__node_freed(t)                                                   \
+    ASAN_POISON_MEMORY_REGION((char *)(t) + sizeof(void *),                    \
+                              sizeof(struct chime_task) - sizeof(void *))
+#define chime__node_reused(t)                                                  \
+    ASAN_UNPOISON_MEMORY_REGION((t), sizeof(struct chime_task))
+#else
+#define chime__node_freed(t) ((void)0)
+#define chime__node_reused(t) ((void)0)
+#endif
+
+/* task.c: allocation and references. Tasks come from the pool's slab. */
+/* pool->mu held. NULL if no memory. */
+struct chime_task *chime__task_alloc_locked(struct chime_pool *pool);
+/* Initialises a fresh task (state PENDING, the pool bit set). */
+void chime__task_init(struct chime_task *t, struct chime_pool *pool,
+                      chime_task_fn fn, void *arg, int kind, int64_t period,
+                      int with_handle);
+/* Drops the pool's reference; frees the task if nothing else holds it. Must
+ * be called without any chime lock held. */
+void chime__task_drop_pool_ref(struct chime_task *t);
+/* Returns a task nobody holds to its pool's slab. No lock held. */
+void chime__task_free(struct chime_task *t);
+/* The binding of a loop task, or NULL. pool->mu held. */
+struct chime_loop *chime__task_loop(const struct chime_task *t);
 
 /* Pool run states, in order; they only move forward. */
 enum {
@@ -117,8 +210,18 @@ struct chime_pool {
 
     /* Everything below is guarded by mu unless marked otherwise. */
     chime_heap heap;
-    uint64_t next_seq;
+    uint32_t next_seq;  /* wraps; compared with wrap-around */
     int run_state;
+    /* The task slab: 48-byte nodes carved from chunks. free_tasks is
+     * guarded by mu; remote_free takes frees from any thread without a
+     * lock (a Treiber stack: pushed by CAS, emptied whole by exchange, so
+     * no ABA). Chunks are freed with the pool's memory. */
+    struct chime_task *free_tasks;
+    _Atomic(struct chime_task *) remote_free;
+    void *chunks;
+    /* Bindings by id (task->loop_id - 1); slots are never reused. */
+    struct chime_loop **loop_table;
+    uint32_t loop_count, loop_cap;
     struct chime_worker *leader; /* the one timed waiter, or NULL */
     struct chime_worker *workers;
     unsigned core;      /* core thread setting */
@@ -167,6 +270,13 @@ struct chime_pool {
     _Atomic size_t refs; /* owner (until destroy) + tasks with poolref */
 };
 
+/* A ready-ring entry: the task and the deadline it was due at (a NULL task
+ * is a tombstone). */
+struct chime_ring_entry {
+    struct chime_task *task;
+    int64_t deadline;
+};
+
 /* A binding: see loop.c for the design notes. */
 struct chime_loop {
     pthread_mutex_t mu;
@@ -178,7 +288,7 @@ struct chime_loop {
     struct chime_task *current; /* mu: the callback running now, or NULL */
     bool has_owner;           /* mu */
     pthread_t owner;          /* mu: the loop thread */
-    struct chime_task **ring; /* mu: ready queue, cap a power of two */
+    struct chime_ring_entry *ring; /* mu: ready queue, cap a power of 2 */
     uint32_t head, tail, cap; /* mu: absolute positions, wrap freely */
     size_t live;              /* mu: ring entries that are not tombstones */
     unsigned batch_limit;     /* immutable */
@@ -187,6 +297,9 @@ struct chime_loop {
     uint64_t fast_completed;  /* mu: runs settled without the pool lock,
                                  added to the pool's `completed` stat */
     struct chime_loop *prev, *next; /* pool->mu: pool->loops list */
+    uint16_t id;              /* immutable: slot in pool->loop_table + 1 */
+    struct chime_task *cache; /* mu: free task nodes for posts */
+    unsigned ncache;          /* mu */
 };
 
 /* fork detection: bumped in every child by a pthread_atfork handler. */
@@ -234,7 +347,8 @@ int chime__reject_unlock(struct chime_pool *p, struct chime_task *t,
                          int reason, chime_task **out);
 void chime__loop_free(struct chime_loop *l);
 /* loop.c, all with pool->mu and loop->mu held. */
-int chime__loop_push_locked(struct chime_loop *l, struct chime_task *t);
+int chime__loop_push_locked(struct chime_loop *l, struct chime_task *t,
+                            int64_t deadline);
 void chime__loop_unqueue_locked(struct chime_loop *l, struct chime_task *t);
 /* Cancels every ready task of l matching (periodic only / all); loop->mu
  * and pool->mu held. */
@@ -246,26 +360,8 @@ size_t chime__loop_take_ready_locked(struct chime_loop *l,
                                      struct chime_task **list,
                                      struct chime_task **garbage);
 
-static inline int
-chime__task_state(const struct chime_task *t)
-{
-    return atomic_load_explicit(&t->state, memory_order_acquire);
-}
-
-static inline int
-chime__state_is_final(int s)
-{
-    return s >= CHIME_TASK_DONE;
-}
 
 
-/* task.c: allocation and references. */
-struct chime_task *chime__task_new(struct chime_pool *pool, chime_task_fn fn,
-                                   void *arg, int kind, int64_t period,
-                                   int with_handle);
-/* Drops the pool's reference; frees the task if nothing else holds it. Must
- * be called without any chime lock held. */
-void chime__task_drop_pool_ref(struct chime_task *t);
-void chime__task_free(struct chime_task *t);
+
 
 #endif

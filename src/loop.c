@@ -48,6 +48,8 @@
 
 #define DEFAULT_BATCH 64u
 #define RING_MIN_CAP 64u
+#define CACHE_REFILL 64u /* nodes a post takes from the pool at once */
+#define CACHE_MAX 1024u  /* nodes a binding keeps for its posts */
 
 void
 chime_loop_options_init(chime_loop_options *o)
@@ -66,7 +68,7 @@ ring_grow(struct chime_loop *l)
     uint32_t ncap = l->cap ? l->cap * 2 : RING_MIN_CAP;
     if (ncap == 0 || ncap > (UINT32_C(1) << 30))
         return -ENOMEM;
-    struct chime_task **nr = chime__calloc(ncap, sizeof(*nr));
+    struct chime_ring_entry *nr = chime__calloc(ncap, sizeof(*nr));
     if (nr == NULL)
         return -ENOMEM;
     for (uint32_t i = l->head; i != l->tail; i++)
@@ -77,11 +79,11 @@ ring_grow(struct chime_loop *l)
     return 0;
 }
 
-static int
+static void
 signal_locked(struct chime_loop *l)
 {
     if (l->signalled)
-        return 0;
+        return;
     uint64_t one = 1;
     ssize_t n;
     do
@@ -90,48 +92,52 @@ signal_locked(struct chime_loop *l)
     /* EAGAIN would mean the counter is at its maximum: readable anyway. */
     l->signalled = true;
     l->st.wakeups++;
-    return 0;
 }
 
 int
-chime__loop_push_locked(struct chime_loop *l, struct chime_task *t)
+chime__loop_push_locked(struct chime_loop *l, struct chime_task *t,
+                        int64_t deadline)
 {
     if (l->tail - l->head == l->cap) {
         int rc = ring_grow(l);
         if (rc != 0)
             return rc;
     }
-    l->ring[l->tail & (l->cap - 1)] = t;
+    struct chime_ring_entry *e = &l->ring[l->tail & (l->cap - 1)];
+    e->task = t;
+    e->deadline = deadline;
     t->heap_index = l->tail;
-    t->ready = 1;
+    atomic_store_explicit(&t->state, CHIME_TASK_READY, memory_order_release);
     l->tail++;
     l->live++;
-    return signal_locked(l);
+    signal_locked(l);
+    return 0;
 }
 
 void
 chime__loop_unqueue_locked(struct chime_loop *l, struct chime_task *t)
 {
-    CHIME_ASSERT(t->ready && l->ring[t->heap_index & (l->cap - 1)] == t);
-    l->ring[t->heap_index & (l->cap - 1)] = NULL;
-    t->ready = 0;
+    CHIME_ASSERT(chime__task_state(t) == CHIME_TASK_READY &&
+                 l->ring[t->heap_index & (l->cap - 1)].task == t);
+    l->ring[t->heap_index & (l->cap - 1)].task = NULL;
     t->heap_index = CHIME_HEAP_NONE;
     l->live--;
     atomic_fetch_sub(&l->pool->loop_tasks, 1);
-    /* The fd stays readable until a dispatch finds the ring empty: a
-     * spurious dispatch costs one read, a lost one would cost a hang. */
+    /* The caller gives the task its next state. The fd stays readable
+     * until a dispatch finds the ring empty: a spurious dispatch costs one
+     * read, a lost one would cost a hang. */
 }
 
 static struct chime_task *
-pop_locked(struct chime_loop *l)
+pop_locked(struct chime_loop *l, int64_t *deadline)
 {
     while (l->head != l->tail) {
-        struct chime_task *t = l->ring[l->head & (l->cap - 1)];
-        l->ring[l->head & (l->cap - 1)] = NULL;
+        struct chime_ring_entry *e = &l->ring[l->head & (l->cap - 1)];
+        struct chime_task *t = e->task;
+        e->task = NULL;
         l->head++;
         if (t != NULL) {
-            t->ready = 0;
-            t->heap_index = CHIME_HEAP_NONE;
+            *deadline = e->deadline;
             l->live--;
             return t;
         }
@@ -159,12 +165,12 @@ chime__loop_cancel_ready_locked(struct chime_loop *l, bool periodic_only,
 {
     struct chime_pool *p = l->pool;
     for (uint32_t i = l->head; i != l->tail; i++) {
-        struct chime_task *t = l->ring[i & (l->cap - 1)];
-        if (t == NULL || (periodic_only && t->kind == CHIME_KIND_ONESHOT))
+        struct chime_task *t = l->ring[i & (l->cap - 1)].task;
+        if (t == NULL ||
+            (periodic_only && chime__task_kind(t) == CHIME_KIND_ONESHOT))
             continue;
         chime__loop_unqueue_locked(l, t);
-        if (!chime__state_is_final(chime__task_state(t)))
-            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
         chime__drop_locked(t, garbage);
     }
 }
@@ -176,14 +182,10 @@ chime__loop_take_ready_locked(struct chime_loop *l, struct chime_task **list,
     struct chime_pool *p = l->pool;
     size_t n = 0;
     for (uint32_t i = l->head; i != l->tail; i++) {
-        struct chime_task *t = l->ring[i & (l->cap - 1)];
+        struct chime_task *t = l->ring[i & (l->cap - 1)].task;
         if (t == NULL)
             continue;
         chime__loop_unqueue_locked(l, t);
-        if (chime__state_is_final(chime__task_state(t))) {
-            chime__drop_locked(t, garbage);
-            continue;
-        }
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
         chime_task_retain(t); /* the pool's reference becomes the caller's */
         chime__drop_locked(t, garbage);
@@ -226,13 +228,30 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
     l->fork_gen = p->fork_gen;
 
     pthread_mutex_lock(&p->mu);
-    if (p->run_state != CHIME_POOL_RUNNING) {
+    rc = p->run_state != CHIME_POOL_RUNNING ? -ESHUTDOWN : 0;
+    if (rc == 0 && p->loop_count == p->loop_cap) {
+        /* Task records name their binding by a 16-bit id. */
+        uint32_t ncap = p->loop_cap ? p->loop_cap * 2 : 4;
+        struct chime_loop **nt =
+            ncap > UINT16_MAX
+                ? NULL
+                : chime__realloc(p->loop_table, ncap * sizeof(*nt));
+        if (nt == NULL) {
+            rc = p->loop_cap >= UINT16_MAX ? -EMFILE : -ENOMEM;
+        } else {
+            p->loop_table = nt;
+            p->loop_cap = ncap;
+        }
+    }
+    if (rc != 0) {
         pthread_mutex_unlock(&p->mu);
         close(l->efd);
         pthread_mutex_destroy(&l->mu);
         chime__free(l);
-        return -ESHUTDOWN;
+        return rc;
     }
+    p->loop_table[p->loop_count++] = l;
+    l->id = (uint16_t)p->loop_count;
     l->next = p->loops;
     if (p->loops)
         p->loops->prev = l;
@@ -281,9 +300,10 @@ chime__loop_free(struct chime_loop *l)
 }
 
 static int
-is_this_loops(struct chime_task *t, void *arg)
+is_this_loops(struct chime_task *t, int64_t deadline, void *arg)
 {
-    return t->loop == arg;
+    (void)deadline;
+    return t->loop_id == ((struct chime_loop *)arg)->id;
 }
 
 int
@@ -356,16 +376,23 @@ chime_loop_close(chime_loop *l)
  * so it completes and is freed right here. Returns false when the task
  * needs the full settle under the pool lock. */
 static bool
-settle_unlocked(struct chime_task *t, int rc)
+settle_unlocked(struct chime_task *t, int rc, struct chime_task **freed)
 {
-    if (rc != 0 || t->kind != CHIME_KIND_ONESHOT)
+    if (rc != 0 || chime__task_kind(t) != CHIME_KIND_ONESHOT)
         return false;
     uint32_t refs = atomic_load_explicit(&t->refs, memory_order_acquire);
     if ((refs & CHIME_REF_HANDLES) != 0 || (t->flags & CHIME_TF_REARM) ||
         chime__task_state(t) != CHIME_TASK_RUNNING)
         return false;
     atomic_store_explicit(&t->state, CHIME_TASK_DONE, memory_order_release);
-    chime__task_drop_pool_ref(t);
+    uint32_t old = atomic_fetch_and_explicit(&t->refs, ~CHIME_REF_POOL,
+                                             memory_order_acq_rel);
+    if (old & CHIME_REF_POOLREF) {
+        chime__task_free(t); /* it had a handle once: unref the pool too */
+    } else {
+        *chime__node_link(t) = *freed; /* back to this binding's cache */
+        *freed = t;
+    }
     return true;
 }
 
@@ -397,10 +424,13 @@ chime_loop_dispatch(chime_loop *l)
     l->st.dispatch_calls++;
 
     int n = 0, fast = 0;
+    struct chime_task *freed = NULL;
     while ((unsigned)n < l->batch_limit && !l->closed) {
-        struct chime_task *t = pop_locked(l);
+        int64_t deadline;
+        struct chime_task *t = pop_locked(l, &deadline);
         if (t == NULL)
             break;
+        t->run_deadline = deadline;
         /* Started here, under loop->mu: see the design notes. */
         atomic_store_explicit(&t->state, CHIME_TASK_RUNNING,
                               memory_order_release);
@@ -418,7 +448,7 @@ chime_loop_dispatch(chime_loop *l)
             p->on_error(p, t, rc, p->hook_ctx);
         chime__set_current_task(prev);
 
-        if (settle_unlocked(t, rc)) {
+        if (settle_unlocked(t, rc, &freed)) {
             fast++;
         } else {
             struct chime_task *garbage = NULL;
@@ -435,6 +465,18 @@ chime_loop_dispatch(chime_loop *l)
         l->current = NULL;
         l->st.dispatched++;
         n++;
+        while (freed) {
+            struct chime_task *f = freed;
+            freed = *chime__node_link(f);
+            if (l->ncache < CACHE_MAX) {
+                *chime__node_link(f) = l->cache;
+                l->cache = f;
+                l->ncache++;
+                chime__node_freed(f);
+            } else {
+                chime__task_free(f);
+            }
+        }
     }
     l->fast_completed += fast;
     if (l->live == 0 && !l->closed) {
@@ -468,11 +510,6 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
     if (chime__forked(l->fork_gen))
         return -ECHILD;
     struct chime_pool *p = l->pool;
-    struct chime_task *t = chime__task_new(p, fn, arg, CHIME_KIND_ONESHOT, 0,
-                                           out != NULL);
-    if (t == NULL)
-        return -ENOMEM;
-    t->loop = l;
     /* Counted before looking at `accepting`; shutdown stores `accepting`
      * before it reads the count (both seq_cst): either this post sees the
      * shutdown and is rejected, or termination sees this post and waits
@@ -481,16 +518,62 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
     if (!atomic_load(&p->accepting)) {
         atomic_fetch_sub(&p->loop_tasks, 1);
         pthread_mutex_lock(&p->mu);
+        struct chime_task *t = chime__task_alloc_locked(p);
+        if (t == NULL) {
+            pthread_mutex_unlock(&p->mu);
+            return -ENOMEM;
+        }
+        chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, 0, out != NULL);
+        t->loop_id = l->id;
         return chime__reject_unlock(p, t, -ESHUTDOWN, out);
     }
+
     pthread_mutex_lock(&l->mu);
-    int rc = l->closed ? -ESHUTDOWN : chime__loop_push_locked(l, t);
+    if (l->cache == NULL && !l->closed) {
+        /* Refill the binding's node cache from the pool's slab, without
+         * holding both locks in the wrong order. */
+        pthread_mutex_unlock(&l->mu);
+        struct chime_task *list = NULL;
+        unsigned n = 0;
+        pthread_mutex_lock(&p->mu);
+        for (; n < CACHE_REFILL; n++) {
+            struct chime_task *t = chime__task_alloc_locked(p);
+            if (t == NULL)
+                break;
+            *chime__node_link(t) = list;
+            list = t;
+        }
+        pthread_mutex_unlock(&p->mu);
+        pthread_mutex_lock(&l->mu);
+        while (list) {
+            struct chime_task *t = list;
+            list = *chime__node_link(t);
+            *chime__node_link(t) = l->cache;
+            l->cache = t;
+            l->ncache++;
+        }
+    }
+    int rc = l->closed ? -ESHUTDOWN : (l->cache ? 0 : -ENOMEM);
+    struct chime_task *t = NULL;
+    if (rc == 0) {
+        t = l->cache;
+        l->cache = *chime__node_link(t);
+        l->ncache--;
+        chime__node_reused(t);
+        chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, 0, out != NULL);
+        t->loop_id = l->id;
+        rc = chime__loop_push_locked(l, t, 0);
+        if (rc != 0) {
+            *chime__node_link(t) = l->cache;
+            l->cache = t;
+            l->ncache++;
+        }
+    }
     pthread_mutex_unlock(&l->mu);
     if (rc != 0) {
         atomic_fetch_sub(&p->loop_tasks, 1);
-        if (out)
-            chime_task_release(t);
-        chime__task_drop_pool_ref(t);
+        if (t != NULL && out != NULL)
+            chime__pool_unref(p); /* taken by task_init for the handle */
         return rc;
     }
     if (out)

@@ -92,6 +92,13 @@ chime__pool_ref(struct chime_pool *p)
 static void
 pool_free_shell(struct chime_pool *p)
 {
+    void *c = p->chunks;
+    while (c) {
+        void *next = *(void **)c;
+        chime__free(c);
+        c = next;
+    }
+    chime__free(p->loop_table);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->leader_cv);
     pthread_cond_destroy(&p->follower_cv);
@@ -112,7 +119,11 @@ chime__complete_locked(struct chime_pool *p, struct chime_task *t, int state,
                        int err)
 {
     CHIME_ASSERT(!chime__state_is_final(chime__task_state(t)));
-    t->error = err;
+    /* The error shares storage with the queue index: a cancelled task may
+     * still sit in the heap (remove_on_cancel off), and its error is
+     * implied anyway. */
+    if (state == CHIME_TASK_FAILED || state == CHIME_TASK_REJECTED)
+        t->error = err;
     t->flags &= (uint8_t)~CHIME_TF_REARM;
     atomic_store_explicit(&t->state, state, memory_order_release);
     switch (state) {
@@ -138,7 +149,7 @@ chime__drop_locked(struct chime_task *t, struct chime_task **garbage)
     uint32_t old = atomic_fetch_and_explicit(&t->refs, ~CHIME_REF_POOL,
                                              memory_order_acq_rel);
     CHIME_ASSERT(old & CHIME_REF_POOL);
-    if ((old & ~CHIME_REF_POOL) == 0) {
+    if ((old & CHIME_REF_HANDLES) == 0) {
         t->next = *garbage;
         *garbage = t;
     }
@@ -280,6 +291,7 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     p->clock = opts->clock;
     p->clock_ctx = opts->clock_ctx;
     atomic_init(&p->refs, 1);
+    atomic_init(&p->remote_free, NULL);
     atomic_init(&p->accepting, true);
     p->fork_gen = atomic_load(&chime__fork_gen);
     *out = p;
@@ -291,25 +303,26 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
 /* May this queued task still run in the current run state? (Java's
  * canRunInCurrentRunState.) */
 static bool
-can_run_locked(struct chime_pool *p, struct chime_task *t, int64_t now)
+can_run_locked(struct chime_pool *p, struct chime_task *t, int64_t deadline,
+               int64_t now)
 {
     if (p->run_state == CHIME_POOL_RUNNING)
         return true;
     if (p->run_state != CHIME_POOL_SHUTDOWN)
         return false;
-    if (t->kind != CHIME_KIND_ONESHOT)
+    if (chime__task_kind(t) != CHIME_KIND_ONESHOT)
         return p->continue_periodic;
-    return p->execute_delayed || t->deadline <= now;
+    return p->execute_delayed || deadline <= now;
 }
 
 /* Moves a due loop task (already popped) to its binding's ready queue. */
 static void
 move_to_loop_locked(struct chime_pool *p, struct chime_task *t,
-                    struct chime_task **garbage)
+                    int64_t deadline, struct chime_task **garbage)
 {
-    struct chime_loop *l = t->loop;
+    struct chime_loop *l = chime__task_loop(t);
     pthread_mutex_lock(&l->mu);
-    int rc = l->closed ? -ECANCELED : chime__loop_push_locked(l, t);
+    int rc = l->closed ? -ECANCELED : chime__loop_push_locked(l, t, deadline);
     if (rc == 0)
         atomic_fetch_add(&p->loop_tasks, 1);
     pthread_mutex_unlock(&l->mu);
@@ -360,20 +373,22 @@ take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
         }
         if (chime__state_is_final(chime__task_state(t))) {
             /* Cancelled while retained (remove_on_cancel off): drop it. */
-            chime__heap_pop(&p->heap);
+            chime__heap_pop(&p->heap, NULL);
             chime__drop_locked(t, &w->garbage);
             continue;
         }
         int64_t now = chime__pool_now(p);
-        if (t->deadline <= now && t->loop != NULL) {
+        int64_t deadline = chime__heap_peek_deadline(&p->heap);
+        if (deadline <= now && t->loop_id != 0) {
             /* Due on a loop: hand it over and keep going; the callback
              * runs on the loop thread, never here. */
-            chime__heap_pop(&p->heap);
-            move_to_loop_locked(p, t, &w->garbage);
+            chime__heap_pop(&p->heap, NULL);
+            move_to_loop_locked(p, t, deadline, &w->garbage);
             continue;
         }
-        if (t->deadline <= now) {
-            chime__heap_pop(&p->heap);
+        if (deadline <= now) {
+            chime__heap_pop(&p->heap, NULL);
+            t->run_deadline = deadline;
             if (p->leader == NULL && p->heap.len != 0)
                 pthread_cond_signal(&p->follower_cv);
             *now_out = now;
@@ -392,7 +407,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
             pthread_cond_wait(&p->leader_cv, &p->mu);
             p->st.idle_waiters--;
         } else {
-            int64_t until = t->deadline;
+            int64_t until = deadline;
             if (until - now > LEADER_MAX_WAIT)
                 until = now + LEADER_MAX_WAIT;
             struct timespec ts = chime__abs_timespec(until);
@@ -440,10 +455,10 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
     int64_t next;
     int64_t end = chime__pool_now(p);
     if (t->flags & CHIME_TF_REARM)
-        next = t->rearm_deadline;
-    else if (t->kind == CHIME_KIND_FIXED_RATE)
-        next = chime__sat_add(t->deadline, t->period);
-    else if (t->kind == CHIME_KIND_FIXED_DELAY)
+        next = t->run_deadline; /* the re-arm target */
+    else if (chime__task_kind(t) == CHIME_KIND_FIXED_RATE)
+        next = chime__sat_add(t->run_deadline, t->period);
+    else if (chime__task_kind(t) == CHIME_KIND_FIXED_DELAY)
         next = chime__deadline_after(end, t->period);
     else {
         t->result = result;
@@ -452,15 +467,15 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
         return;
     }
     t->flags &= (uint8_t)~CHIME_TF_REARM;
-    t->deadline = next;
     atomic_store_explicit(&t->state, CHIME_TASK_PENDING, memory_order_release);
-    if (!can_run_locked(p, t, end) || (t->loop && t->loop->closed)) {
+    struct chime_loop *l = chime__task_loop(t);
+    if (!can_run_locked(p, t, next, end) || (l && l->closed)) {
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
         chime__drop_locked(t, garbage);
         return;
     }
     t->seq = p->next_seq++;
-    if (chime__heap_push(&p->heap, t) != 0) {
+    if (chime__heap_push(&p->heap, t, next) != 0) {
         /* The queue could not grow to take the next run back. */
         chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
         chime__drop_locked(t, garbage);
@@ -484,8 +499,8 @@ run_locked(struct chime_pool *p, struct chime_worker *w, struct chime_task *t,
     t->flags &= (uint8_t)~CHIME_TF_REARM;
     w->current = t;
     p->st.running++;
-    if (now - t->deadline > p->st.max_lateness_ns)
-        p->st.max_lateness_ns = now - t->deadline;
+    if (now - t->run_deadline > p->st.max_lateness_ns)
+        p->st.max_lateness_ns = now - t->run_deadline;
     struct chime_task *g = w->garbage;
     w->garbage = NULL;
     pthread_mutex_unlock(&p->mu);
@@ -662,7 +677,7 @@ run_in_caller(struct chime_pool *p, struct chime_task *t)
     if (!chime__state_is_final(chime__task_state(t))) {
         if (rc != 0) {
             chime__complete_locked(p, t, CHIME_TASK_FAILED, rc);
-        } else if (t->kind == CHIME_KIND_ONESHOT) {
+        } else if (chime__task_kind(t) == CHIME_KIND_ONESHOT) {
             t->result = result;
             chime__complete_locked(p, t, CHIME_TASK_DONE, 0);
         } else {
@@ -685,7 +700,7 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
         /* Only a full queue has an oldest task to give up; the caller
          * retries the push after this returns 1. */
         if (reason == -EAGAIN && p->heap.len > 0) {
-            struct chime_task *victim = chime__heap_pop(&p->heap);
+            struct chime_task *victim = chime__heap_pop(&p->heap, NULL);
             if (!chime__state_is_final(chime__task_state(victim)))
                 chime__complete_locked(p, victim, CHIME_TASK_REJECTED,
                                        -EAGAIN);
@@ -702,7 +717,7 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
         if (reason == -EAGAIN) {
             /* A periodic task is counted when it completes rejected
              * after its one run. */
-            if (t->kind == CHIME_KIND_ONESHOT)
+            if (chime__task_kind(t) == CHIME_KIND_ONESHOT)
                 p->st.rejected++;
             pthread_mutex_unlock(&p->mu);
             run_in_caller(p, t);
@@ -758,12 +773,14 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         return -EINVAL;
     if (chime__forked(p->fork_gen))
         return -ECHILD;
-    struct chime_task *t = chime__task_new(p, fn, arg, kind, period, out != 0);
-    if (t == NULL)
-        return -ENOMEM;
-    t->loop = loop;
-
     pthread_mutex_lock(&p->mu);
+    struct chime_task *t = chime__task_alloc_locked(p);
+    if (t == NULL) {
+        pthread_mutex_unlock(&p->mu);
+        return -ENOMEM;
+    }
+    chime__task_init(t, p, fn, arg, kind, period, out != NULL);
+    t->loop_id = loop ? loop->id : 0;
     for (;;) {
         int reason = 0;
         if (p->run_state != CHIME_POOL_RUNNING)
@@ -786,9 +803,9 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
     }
 
     int64_t now = chime__pool_now(p);
-    t->deadline = chime__deadline_after(now, delay);
     t->seq = p->next_seq++;
-    if (chime__heap_push(&p->heap, t) != 0) {
+    if (chime__heap_push(&p->heap, t, chime__deadline_after(now, delay)) !=
+        0) {
         pthread_mutex_unlock(&p->mu);
         if (out)
             chime_task_release(t);
@@ -808,7 +825,7 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
              * back and report (Java accepts it silently; B50). */
             pthread_mutex_lock(&p->mu);
             bool take_back = p->nthreads == 0 && p->nexiting == 0 &&
-                             t->heap_index != CHIME_HEAP_NONE &&
+                             (t->flags & CHIME_TF_INHEAP) &&
                              chime__task_state(t) == CHIME_TASK_PENDING;
             if (take_back) {
                 chime__heap_remove(&p->heap, t);
@@ -868,12 +885,12 @@ struct shutdown_ctx {
 
 /* Java's onShutdown(): which queued tasks a shut-down pool drops. */
 static int
-drop_at_shutdown(struct chime_task *t, void *arg)
+drop_at_shutdown(struct chime_task *t, int64_t deadline, void *arg)
 {
     struct shutdown_ctx *c = arg;
     if (chime__state_is_final(chime__task_state(t)))
         return 1;
-    return !can_run_locked(c->p, t, c->now);
+    return !can_run_locked(c->p, t, deadline, c->now);
 }
 
 static void
@@ -924,9 +941,10 @@ chime_pool_shutdown(chime_pool *p)
 }
 
 static int
-drop_all(struct chime_task *t, void *arg)
+drop_all(struct chime_task *t, int64_t deadline, void *arg)
 {
     (void)t;
+    (void)deadline;
     (void)arg;
     return 1;
 }
@@ -978,12 +996,12 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
         else
             chime__loop_cancel_ready_locked(l, false, &garbage);
         if (l->current)
-            atomic_store(&l->current->interrupted, 1);
+            chime__task_interrupt(l->current);
         pthread_mutex_unlock(&l->mu);
     }
     for (struct chime_worker *w = p->workers; w; w = w->next)
         if (w->current)
-            atomic_store(&w->current->interrupted, 1);
+            chime__task_interrupt(w->current);
     if (p->waiters)
         pthread_cond_broadcast(&p->done_cv);
     pthread_cond_broadcast(&p->follower_cv);
@@ -1277,20 +1295,11 @@ chime_pool_now(chime_pool *p)
 
 /* ---- queue inspection and stats ---------------------------------------- */
 
-/* Is t in this pool's heap? pool->mu held. A live loop task's heap_index
- * also moves under its binding's lock (the ready ring reuses it, and
- * dispatch clears it), so that lock is taken too; a finished task is never
- * in a ring and its binding may be gone, so its index is read as is. */
+/* Is t in this pool's heap? pool->mu held (the flag moves only under it). */
 static bool
 in_heap_locked(struct chime_task *t)
 {
-    struct chime_loop *l = t->loop;
-    if (l == NULL || chime__state_is_final(chime__task_state(t)))
-        return t->heap_index != CHIME_HEAP_NONE;
-    pthread_mutex_lock(&l->mu);
-    bool r = !t->ready && t->heap_index != CHIME_HEAP_NONE;
-    pthread_mutex_unlock(&l->mu);
-    return r;
+    return (t->flags & CHIME_TF_INHEAP) != 0;
 }
 
 int
@@ -1328,9 +1337,10 @@ chime_pool_contains(chime_pool *p, chime_task *t)
 }
 
 static int
-is_cancelled(struct chime_task *t, void *arg)
+is_cancelled(struct chime_task *t, int64_t deadline, void *arg)
 {
     (void)arg;
+    (void)deadline;
     return chime__state_is_final(chime__task_state(t));
 }
 

@@ -29,43 +29,85 @@
 #include <errno.h>
 #include <stdlib.h>
 
+/* ---- the slab ------------------------------------------------------------
+ * Tasks are 48-byte nodes carved from chunks the pool owns: no allocator
+ * header per task, and allocation is a pointer pop under the pool lock the
+ * submission takes anyway. A node is freed without any lock onto the
+ * pool's remote stack; the pool takes that stack whole (exchange) when its
+ * own list runs dry. The chunks go with the pool's memory, which every task
+ * holding a handle keeps alive (CHIME_REF_POOLREF). */
+
+#define SLAB_CHUNK_TASKS 1024u
+
+#define node_link chime__node_link
+#define NODE_FREED chime__node_freed
+#define NODE_REUSED chime__node_reused
+
 struct chime_task *
-chime__task_new(struct chime_pool *pool, chime_task_fn fn, void *arg, int kind,
-                int64_t period, int with_handle)
+chime__task_alloc_locked(struct chime_pool *p)
 {
-    struct chime_task *t = chime__malloc(sizeof(*t));
-    if (t == NULL)
-        return NULL;
-    t->deadline = 0;
-    t->seq = 0;
-    t->period = period;
+    struct chime_task *t = p->free_tasks;
+    if (t == NULL) {
+        t = atomic_exchange_explicit(&p->remote_free, NULL,
+                                     memory_order_acquire);
+        if (t == NULL) {
+            /* A new chunk: its first word links the chunk list. */
+            size_t size = sizeof(struct chime_task) * (SLAB_CHUNK_TASKS + 1);
+            struct chime_task *c = chime__malloc(size);
+            if (c == NULL)
+                return NULL;
+            *node_link(c) = p->chunks;
+            p->chunks = c;
+            for (unsigned i = SLAB_CHUNK_TASKS; i >= 2; i--) {
+                *node_link(&c[i]) = t;
+                t = &c[i];
+                NODE_FREED(t);
+            }
+            p->free_tasks = t;
+            return &c[1];
+        }
+    }
+    NODE_REUSED(t);
+    p->free_tasks = *node_link(t);
+    return t;
+}
+
+void
+chime__task_init(struct chime_task *t, struct chime_pool *pool,
+                 chime_task_fn fn, void *arg, int kind, int64_t period,
+                 int with_handle)
+{
     t->fn = fn;
     t->arg = arg;
     t->pool = pool;
-    t->result = NULL;
-    t->rearm_deadline = 0;
+    t->period = period; /* also clears result */
+    t->run_deadline = 0;
     t->heap_index = CHIME_HEAP_NONE;
-    atomic_init(&t->refs, CHIME_REF_POOL | (with_handle ? 1u : 0u));
+    uint32_t refs = CHIME_REF_POOL | ((uint32_t)kind << CHIME_REF_KIND_SHIFT);
+    if (with_handle)
+        refs |= CHIME_REF_POOLREF | 1u;
+    atomic_init(&t->refs, refs);
     atomic_init(&t->state, CHIME_TASK_PENDING);
-    t->error = 0;
-    t->kind = (uint8_t)kind;
     t->flags = 0;
-    atomic_init(&t->interrupted, 0);
-    atomic_init(&t->poolref, with_handle ? 1 : 0);
-    t->next = NULL;
-    t->loop = NULL;
-    t->ready = 0;
+    t->loop_id = 0;
     if (with_handle)
         chime__pool_ref(pool);
-    return t;
 }
 
 void
 chime__task_free(struct chime_task *t)
 {
     struct chime_pool *p = t->pool;
-    int had_ref = atomic_load_explicit(&t->poolref, memory_order_relaxed);
-    chime__free(t);
+    bool had_ref = atomic_load_explicit(&t->refs, memory_order_relaxed) &
+                   CHIME_REF_POOLREF;
+    struct chime_task *head =
+        atomic_load_explicit(&p->remote_free, memory_order_relaxed);
+    do
+        *node_link(t) = head;
+    while (!atomic_compare_exchange_weak_explicit(
+        &p->remote_free, &head, t, memory_order_release, memory_order_relaxed));
+    NODE_FREED(t);
+    /* After the push: the pool's memory (and the chunk) may go now. */
     if (had_ref)
         chime__pool_unref(p);
 }
@@ -76,8 +118,14 @@ chime__task_drop_pool_ref(struct chime_task *t)
     uint32_t old = atomic_fetch_and_explicit(&t->refs, ~CHIME_REF_POOL,
                                              memory_order_acq_rel);
     CHIME_ASSERT(old & CHIME_REF_POOL);
-    if ((old & ~CHIME_REF_POOL) == 0)
+    if ((old & CHIME_REF_HANDLES) == 0)
         chime__task_free(t);
+}
+
+struct chime_loop *
+chime__task_loop(const struct chime_task *t)
+{
+    return t->loop_id ? t->pool->loop_table[t->loop_id - 1] : NULL;
 }
 
 chime_task *
@@ -88,9 +136,12 @@ chime_task_retain(chime_task *t)
     /* A task reached without a handle (a callback's self, a hook's task)
      * gains one here: it must now keep the pool's memory alive too. The
      * pool is alive, since only its own threads can reach such a task. */
-    if (!atomic_exchange_explicit(&t->poolref, 1, memory_order_relaxed))
+    uint32_t old = atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+    if (!(old & CHIME_REF_POOLREF) &&
+        !(atomic_fetch_or_explicit(&t->refs, CHIME_REF_POOLREF,
+                                   memory_order_relaxed) &
+          CHIME_REF_POOLREF))
         chime__pool_ref(t->pool);
-    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
     return t;
 }
 
@@ -105,7 +156,7 @@ chime_task_release(chime_task *t)
             return -EINVAL; /* no handle reference left: double release */
     } while (!atomic_compare_exchange_weak_explicit(
         &t->refs, &old, old - 1, memory_order_acq_rel, memory_order_relaxed));
-    if (old - 1 == 0)
+    if (((old - 1) & (CHIME_REF_POOL | CHIME_REF_HANDLES)) == 0)
         chime__task_free(t);
     return 0;
 }
@@ -115,7 +166,8 @@ chime_task_get_state(chime_task *t)
 {
     if (t == NULL)
         return CHIME_TASK_REJECTED;
-    return (chime_task_state)chime__task_state(t);
+    int st = chime__task_state(t);
+    return st < 0 ? CHIME_TASK_PENDING : (chime_task_state)st;
 }
 
 bool
@@ -133,7 +185,7 @@ chime_task_is_cancelled(chime_task *t)
 bool
 chime_task_is_periodic(chime_task *t)
 {
-    return t != NULL && t->kind != CHIME_KIND_ONESHOT;
+    return t != NULL && chime__task_kind(t) != CHIME_KIND_ONESHOT;
 }
 
 int
@@ -141,16 +193,21 @@ chime_task_error(chime_task *t)
 {
     if (t == NULL)
         return -EINVAL;
-    if (!chime__state_is_final(chime__task_state(t)))
+    switch (chime__task_state(t)) {
+    case CHIME_TASK_FAILED:
+    case CHIME_TASK_REJECTED:
+        return t->error;
+    case CHIME_TASK_CANCELLED:
+        return -ECANCELED;
+    default:
         return 0;
-    return t->error;
+    }
 }
 
 bool
 chime_task_interrupted(chime_task *t)
 {
-    return t != NULL &&
-           atomic_load_explicit(&t->interrupted, memory_order_acquire);
+    return t != NULL && chime__task_interrupted(t);
 }
 
 chime_task_fn
@@ -173,9 +230,26 @@ chime_task_remaining(chime_task *t)
     struct chime_pool *p = t->pool;
     pthread_mutex_lock(&p->mu);
     int64_t r = 0;
-    if (!chime__state_is_final(chime__task_state(t))) {
-        int64_t d = (t->flags & CHIME_TF_REARM) ? t->rearm_deadline
-                                                : t->deadline;
+    int st = chime__task_state(t);
+    if (!chime__state_is_final(st)) {
+        struct chime_loop *l = chime__task_loop(t);
+        int64_t d;
+        if (st == CHIME_TASK_RUNNING) {
+            d = t->run_deadline; /* or its re-arm target */
+        } else if (t->flags & CHIME_TF_INHEAP) {
+            d = chime__heap_deadline(&p->heap, t);
+        } else if (l != NULL) {
+            /* In its binding's ready ring (or on its way there). */
+            d = INT64_MIN;
+            pthread_mutex_lock(&l->mu);
+            if (chime__task_state(t) == CHIME_TASK_READY)
+                d = l->ring[t->heap_index & (l->cap - 1)].deadline;
+            pthread_mutex_unlock(&l->mu);
+            if (d == INT64_MIN)
+                d = chime__pool_now(p);
+        } else {
+            d = chime__pool_now(p);
+        }
         int64_t now = chime__pool_now(p);
         /* Saturate: deadlines live in [.., INT64_MAX], now >= 0 in
          * practice, but a custom clock may return anything. */
@@ -255,14 +329,14 @@ chime_task_sleep(chime_task *t, int64_t ns)
     pthread_mutex_lock(&p->mu);
     p->waiters++;
     for (;;) {
-        if (atomic_load(&t->interrupted) ||
+        if (chime__task_interrupted(t) ||
             chime__task_state(t) == CHIME_TASK_CANCELLED) {
             rc = -EINTR;
             break;
         }
         if (ns <= 0 ||
             pthread_cond_timedwait(&p->done_cv, &p->mu, &ts) == ETIMEDOUT) {
-            if (atomic_load(&t->interrupted) ||
+            if (chime__task_interrupted(t) ||
                 chime__task_state(t) == CHIME_TASK_CANCELLED)
                 rc = -EINTR;
             break;
@@ -297,23 +371,24 @@ chime_task_cancel(chime_task *t, unsigned flags)
     }
     /* A live loop task's binding is open, and its state also moves under
      * the binding's lock (dispatch starts it there): hold both. */
-    struct chime_loop *l = t->loop;
+    struct chime_loop *l = chime__task_loop(t);
     if (l)
         pthread_mutex_lock(&l->mu);
     int st = chime__task_state(t);
     if (st == CHIME_TASK_RUNNING) {
-        /* The callback finishes its current run; the worker sees the final
-         * state afterwards, discards the result and drops the task. */
+        /* The callback finishes its current run; whoever runs it sees the
+         * final state afterwards, discards the result and drops the task. */
         if (flags & CHIME_CANCEL_INTERRUPT)
-            atomic_store(&t->interrupted, 1);
+            chime__task_interrupt(t);
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+    } else if (st == CHIME_TASK_READY) {
+        /* Due and waiting for its loop: it will never start. */
+        chime__loop_unqueue_locked(l, t);
+        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime__drop_locked(t, &garbage);
     } else {
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        if (t->ready) {
-            /* Due and waiting for its loop: it will never start. */
-            chime__loop_unqueue_locked(l, t);
-            chime__drop_locked(t, &garbage);
-        } else if (p->remove_on_cancel && t->heap_index != CHIME_HEAP_NONE) {
+        if (p->remove_on_cancel && (t->flags & CHIME_TF_INHEAP)) {
             chime__heap_remove(&p->heap, t);
             chime__drop_locked(t, &garbage);
         }
@@ -343,30 +418,32 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
         pthread_mutex_unlock(&p->mu);
         return -EALREADY; /* see chime_task_cancel */
     }
-    struct chime_loop *l = t->loop;
+    struct chime_loop *l = chime__task_loop(t);
     if (l)
         pthread_mutex_lock(&l->mu);
     int st = chime__task_state(t);
     int64_t d = chime__deadline_after(chime__pool_now(p), delay_ns);
     if (st == CHIME_TASK_RUNNING) {
         t->flags |= CHIME_TF_REARM;
-        t->rearm_deadline = d;
-    } else if (t->ready && (rc = chime__heap_reserve(&p->heap)) == 0) {
+        t->run_deadline = d;
+    } else if (st == CHIME_TASK_READY) {
         /* Already due and waiting for its loop: take it back into the
          * heap; it will not run at its old time. */
-        chime__loop_unqueue_locked(l, t);
-        t->deadline = d;
-        t->seq = p->next_seq++;
-        chime__heap_push(&p->heap, t); /* cannot fail: reserved */
-        if (t->heap_index == 0)
-            chime__new_head_locked(p);
-    } else if (rc == 0) {
-        CHIME_ASSERT(t->heap_index != CHIME_HEAP_NONE);
+        if ((rc = chime__heap_reserve(&p->heap)) == 0) {
+            chime__loop_unqueue_locked(l, t);
+            atomic_store_explicit(&t->state, CHIME_TASK_PENDING,
+                                  memory_order_release);
+            t->seq = p->next_seq++;
+            chime__heap_push(&p->heap, t, d); /* cannot fail: reserved */
+            if (t->heap_index == 0)
+                chime__new_head_locked(p);
+        }
+    } else {
+        CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
         /* A fresh sequence number: the re-armed task queues behind tasks
          * already due at the same instant, as a new submission would. */
-        t->deadline = d;
         t->seq = p->next_seq++;
-        chime__heap_update(&p->heap, t);
+        chime__heap_update(&p->heap, t, d);
         if (t->heap_index == 0)
             chime__new_head_locked(p);
     }

@@ -1108,7 +1108,7 @@ static bool
 in_ready_ring(chime_loop *l, chime_task *t)
 {
     pthread_mutex_lock(&l->mu);
-    bool r = t->ready;
+    bool r = atomic_load(&t->state) == CHIME_TASK_READY;
     pthread_mutex_unlock(&l->mu);
     return r;
 }
