@@ -59,9 +59,16 @@ enum {
                                   retained, remove_on_cancel off) */
 };
 
-/* Internal state beyond chime_task_state: due and waiting in its binding's
- * ready ring (reported as PENDING). Negative: never "final". */
+/* Internal states beyond chime_task_state, all reported as PENDING and
+ * negative so never "final":
+ * - READY: due and waiting in its binding's ready ring;
+ * - BATCHED: taken from the ring by a running dispatch, not started yet
+ *   (in loop->batch; run_deadline holds the deadline it was due at);
+ * - REARMING: was BATCHED and got re-armed; the dispatch that holds it puts
+ *   it back in the heap instead of running it. */
 #define CHIME_TASK_READY (-1)
+#define CHIME_TASK_BATCHED (-2)
+#define CHIME_TASK_REARMING (-3)
 
 /* The reference word (task->refs), one atomic for everything that is not
  * guarded by a lock:
@@ -270,6 +277,8 @@ struct chime_pool {
     _Atomic size_t refs; /* owner (until destroy) + tasks with poolref */
 };
 
+#define CHIME_LOOP_BATCH 32 /* tasks a dispatch takes per lock acquisition */
+
 /* A ready-ring entry: the task and the deadline it was due at (a NULL task
  * is a tombstone). */
 struct chime_ring_entry {
@@ -285,7 +294,15 @@ struct chime_loop {
     bool signalled;           /* mu: efd has been written and not read */
     bool closed;              /* pool->mu and mu to write; either to read */
     bool dispatching;         /* mu: a dispatch is running callbacks */
-    struct chime_task *current; /* mu: the callback running now, or NULL */
+    /* The callback running now, or NULL: written by the dispatching
+     * thread, read by shutdown_now under mu. */
+    _Atomic(struct chime_task *) current;
+    /* The tasks a running dispatch took from the ring in one go. A slot is
+     * claimed by whoever exchanges it to NULL first: the dispatcher (to run
+     * the task) or a cancel/re-arm/shutdown_now/close holding mu (to take
+     * it away before it starts). */
+    _Atomic(struct chime_task *) batch[CHIME_LOOP_BATCH];
+    uint32_t batch_n;         /* mu: slots filled by the running dispatch */
     bool has_owner;           /* mu */
     pthread_t owner;          /* mu: the loop thread */
     struct chime_ring_entry *ring; /* mu: ready queue, cap a power of 2 */
@@ -320,6 +337,10 @@ chime__pool_now(const struct chime_pool *p)
 /* pool.c helpers used by task.c; "_locked": caller holds pool->mu. */
 void chime__complete_locked(struct chime_pool *p, struct chime_task *t,
                             int state, int err);
+/* The bookkeeping of completion (counters, waking waiters) for a task whose
+ * final state was already set (by a CAS). */
+void chime__completed_locked(struct chime_pool *p, struct chime_task *t,
+                             int state);
 /* Drops the pool's reference on t; a task to free goes on *garbage. */
 void chime__drop_locked(struct chime_task *t, struct chime_task **garbage);
 void chime__free_garbage(struct chime_task *list);
@@ -354,6 +375,12 @@ void chime__loop_unqueue_locked(struct chime_loop *l, struct chime_task *t);
  * and pool->mu held. */
 void chime__loop_cancel_ready_locked(struct chime_loop *l, bool periodic_only,
                                      struct chime_task **garbage);
+/* Takes a BATCHED task away from the dispatch that holds it, before it
+ * starts (pool->mu and loop->mu held). Returns true if the caller now owns
+ * the task (and its pool reference) and the task's loop count; false if the
+ * dispatch already claimed it, in which case the caller may only change the
+ * state with a CAS from BATCHED. */
+bool chime__loop_unbatch_locked(struct chime_loop *l, struct chime_task *t);
 /* Cancels every ready task of l and hands each to the caller with a handle
  * reference on *list (through task->next); returns how many. */
 size_t chime__loop_take_ready_locked(struct chime_loop *l,

@@ -17,12 +17,19 @@
  *   transition, one read per drain, however many tasks in between.
  *   A dispatch that stops at batch_limit leaves `signalled` set and the fd
  *   readable, so the loop comes back after serving its other I/O.
- * - Exactness on the loop thread: dispatch takes a task off the ring and
- *   flips it PENDING -> RUNNING in one critical section under loop->mu;
- *   cancel and re-arm take loop->mu too and act only on a task that is
- *   still in the ring. Run on the loop thread, they cannot interleave with
- *   a dispatch in progress, so a task cancelled or re-armed there before
- *   its callback started never starts.
+ * - Batches: dispatch takes up to CHIME_LOOP_BATCH tasks off the ring in
+ *   one critical section (state BATCHED, pointer in loop->batch[i]); then,
+ *   unlocked, for each it claims the slot (exchange to NULL) and starts the
+ *   task with a CAS BATCHED -> RUNNING. One lock round trip per batch, not
+ *   per callback.
+ * - Exactness: cancel and re-arm hold loop->mu. A task in the ring is
+ *   removed from it; a batched task whose slot is still set is claimed by
+ *   them (it never starts); one whose slot the dispatch already claimed is
+ *   moved by CAS to CANCELLED or REARMING, and the dispatch's CAS then
+ *   fails and it drops or requeues the task. Only if their CAS loses had
+ *   the callback started. Run on the loop thread they never meet a claim
+ *   in progress, so a task cancelled or re-armed there before its callback
+ *   started never starts.
  * - The ring holds task pointers at absolute positions head..tail (uint32,
  *   wrapping); slot = position & (cap - 1). A ready task stores its position
  *   in heap_index (it is not in the heap meanwhile), so removing it is O(1):
@@ -159,11 +166,54 @@ drain_locked(struct chime_loop *l)
     l->st.drains++;
 }
 
+bool
+chime__loop_unbatch_locked(struct chime_loop *l, struct chime_task *t)
+{
+    /* A batched task's index field is taken by run_deadline: find its slot
+     * (a batch is at most CHIME_LOOP_BATCH long). */
+    for (uint32_t i = 0; i < l->batch_n; i++) {
+        if (atomic_load_explicit(&l->batch[i], memory_order_relaxed) != t)
+            continue;
+        if (atomic_exchange(&l->batch[i], NULL) != t)
+            return false; /* the dispatch claimed it just now */
+        atomic_fetch_sub(&l->pool->loop_tasks, 1);
+        return true;
+    }
+    return false;
+}
+
+/* Claims every task of the running dispatch's batch that has not started:
+ * calls take(t) for each with the task owned by the caller. */
+static struct chime_task *
+claim_batch_locked(struct chime_loop *l, uint32_t *i)
+{
+    while (*i < l->batch_n) {
+        struct chime_task *t = atomic_exchange(&l->batch[(*i)++], NULL);
+        if (t != NULL) {
+            /* Unclaimed means not started: still BATCHED (a REARMING or
+             * cancelled one was claimed by the dispatch first). */
+            CHIME_ASSERT(chime__task_state(t) == CHIME_TASK_BATCHED);
+            atomic_fetch_sub(&l->pool->loop_tasks, 1);
+            return t;
+        }
+    }
+    return NULL;
+}
+
 void
 chime__loop_cancel_ready_locked(struct chime_loop *l, bool periodic_only,
                                 struct chime_task **garbage)
 {
     struct chime_pool *p = l->pool;
+    if (!periodic_only) {
+        /* Batched periodic tasks may run: settling them cancels them. */
+        uint32_t i = 0;
+        struct chime_task *t;
+        while ((t = claim_batch_locked(l, &i)) != NULL) {
+            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+            chime__drop_locked(t, garbage);
+        }
+    }
     for (uint32_t i = l->head; i != l->tail; i++) {
         struct chime_task *t = l->ring[i & (l->cap - 1)].task;
         if (t == NULL ||
@@ -181,6 +231,16 @@ chime__loop_take_ready_locked(struct chime_loop *l, struct chime_task **list,
 {
     struct chime_pool *p = l->pool;
     size_t n = 0;
+    uint32_t b = 0;
+    struct chime_task *t;
+    while ((t = claim_batch_locked(l, &b)) != NULL) {
+        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime_task_retain(t);
+        chime__drop_locked(t, garbage);
+        t->next = *list;
+        *list = t;
+        n++;
+    }
     for (uint32_t i = l->head; i != l->tail; i++) {
         struct chime_task *t = l->ring[i & (l->cap - 1)].task;
         if (t == NULL)
@@ -369,6 +429,36 @@ chime_loop_close(chime_loop *l)
 
 /* ---- dispatch ----------------------------------------------------------- */
 
+/* A batched task that a cancel or re-arm reached after the dispatch had
+ * claimed its slot: the CAS from BATCHED found CANCELLED (drop it) or
+ * REARMING (put it back in the heap at its re-arm target). */
+static void
+stolen(struct chime_pool *p, struct chime_task *t, int state)
+{
+    struct chime_task *garbage = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (state == CHIME_TASK_REARMING &&
+        chime__task_state(t) == CHIME_TASK_REARMING) {
+        t->flags &= (uint8_t)~CHIME_TF_REARM;
+        atomic_store_explicit(&t->state, CHIME_TASK_PENDING,
+                              memory_order_release);
+        t->seq = p->next_seq++;
+        if (chime__heap_push(&p->heap, t, t->run_deadline) != 0) {
+            chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
+            chime__drop_locked(t, &garbage);
+        } else if (t->heap_index == 0) {
+            chime__new_head_locked(p);
+        }
+    } else {
+        CHIME_ASSERT(chime__state_is_final(chime__task_state(t)));
+        chime__drop_locked(t, &garbage);
+    }
+    atomic_fetch_sub(&p->loop_tasks, 1);
+    chime__try_terminate_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+}
+
 /* The common case settled without the pool lock: a one-shot that returned
  * 0 and that nobody holds a handle to (a fire-and-forget post or timer).
  * Nobody can wait on it, re-arm or cancel it any more (that takes a handle;
@@ -426,45 +516,70 @@ chime_loop_dispatch(chime_loop *l)
     int n = 0, fast = 0;
     struct chime_task *freed = NULL;
     while ((unsigned)n < l->batch_limit && !l->closed) {
-        int64_t deadline;
-        struct chime_task *t = pop_locked(l, &deadline);
-        if (t == NULL)
+        /* Take a batch in one critical section; each task is started (or
+         * found taken away) through its slot and a CAS from BATCHED. */
+        uint32_t want = l->batch_limit - (unsigned)n;
+        if (want > CHIME_LOOP_BATCH)
+            want = CHIME_LOOP_BATCH;
+        uint32_t k = 0;
+        for (; k < want; k++) {
+            int64_t deadline;
+            struct chime_task *t = pop_locked(l, &deadline);
+            if (t == NULL)
+                break;
+            t->run_deadline = deadline;
+            atomic_store_explicit(&t->state, CHIME_TASK_BATCHED,
+                                  memory_order_relaxed);
+            atomic_store_explicit(&l->batch[k], t, memory_order_relaxed);
+        }
+        if (k == 0)
             break;
-        t->run_deadline = deadline;
-        /* Started here, under loop->mu: see the design notes. */
-        atomic_store_explicit(&t->state, CHIME_TASK_RUNNING,
-                              memory_order_release);
-        l->current = t;
+        l->batch_n = k;
         pthread_mutex_unlock(&l->mu);
 
-        struct chime_task *prev = chime__set_current_task(t);
-        if (p->before_run)
-            p->before_run(p, t, 0, p->hook_ctx);
-        void *result = NULL;
-        int rc = t->fn(t, t->arg, &result);
-        if (p->after_run)
-            p->after_run(p, t, rc, p->hook_ctx);
-        if (rc != 0 && p->on_error)
-            p->on_error(p, t, rc, p->hook_ctx);
-        chime__set_current_task(prev);
+        int ran = 0;
+        for (uint32_t i = 0; i < k; i++) {
+            struct chime_task *t = atomic_exchange(&l->batch[i], NULL);
+            if (t == NULL)
+                continue; /* taken away before it started */
+            int8_t exp = CHIME_TASK_BATCHED;
+            if (!atomic_compare_exchange_strong(&t->state, &exp,
+                                                CHIME_TASK_RUNNING)) {
+                stolen(p, t, exp);
+                continue;
+            }
+            atomic_store_explicit(&l->current, t, memory_order_relaxed);
+            struct chime_task *prev = chime__set_current_task(t);
+            if (p->before_run)
+                p->before_run(p, t, 0, p->hook_ctx);
+            void *result = NULL;
+            int rc = t->fn(t, t->arg, &result);
+            if (p->after_run)
+                p->after_run(p, t, rc, p->hook_ctx);
+            if (rc != 0 && p->on_error)
+                p->on_error(p, t, rc, p->hook_ctx);
+            chime__set_current_task(prev);
+            atomic_store_explicit(&l->current, NULL, memory_order_relaxed);
 
-        if (settle_unlocked(t, rc, &freed)) {
-            fast++;
-        } else {
-            struct chime_task *garbage = NULL;
-            pthread_mutex_lock(&p->mu);
-            chime__settle_locked(p, t, rc, result, false, &garbage);
-            /* It left the ring when it started; it counts no longer. */
-            atomic_fetch_sub(&p->loop_tasks, 1);
-            chime__try_terminate_locked(p);
-            pthread_mutex_unlock(&p->mu);
-            chime__free_garbage(garbage);
+            if (settle_unlocked(t, rc, &freed)) {
+                fast++;
+            } else {
+                struct chime_task *garbage = NULL;
+                pthread_mutex_lock(&p->mu);
+                chime__settle_locked(p, t, rc, result, false, &garbage);
+                /* It left the ring when it started; it counts no longer. */
+                atomic_fetch_sub(&p->loop_tasks, 1);
+                chime__try_terminate_locked(p);
+                pthread_mutex_unlock(&p->mu);
+                chime__free_garbage(garbage);
+            }
+            ran++;
         }
 
         pthread_mutex_lock(&l->mu);
-        l->current = NULL;
-        l->st.dispatched++;
-        n++;
+        l->batch_n = 0;
+        l->st.dispatched += (uint64_t)ran;
+        n += ran;
         while (freed) {
             struct chime_task *f = freed;
             freed = *chime__node_link(f);

@@ -124,8 +124,14 @@ chime__complete_locked(struct chime_pool *p, struct chime_task *t, int state,
      * implied anyway. */
     if (state == CHIME_TASK_FAILED || state == CHIME_TASK_REJECTED)
         t->error = err;
+    atomic_store_explicit(&t->state, (int8_t)state, memory_order_release);
+    chime__completed_locked(p, t, state);
+}
+
+void
+chime__completed_locked(struct chime_pool *p, struct chime_task *t, int state)
+{
     t->flags &= (uint8_t)~CHIME_TF_REARM;
-    atomic_store_explicit(&t->state, state, memory_order_release);
     switch (state) {
     case CHIME_TASK_CANCELLED:
         p->st.cancelled++;
@@ -995,8 +1001,9 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
             n += chime__loop_take_ready_locked(l, &never_ran, &garbage);
         else
             chime__loop_cancel_ready_locked(l, false, &garbage);
-        if (l->current)
-            chime__task_interrupt(l->current);
+        struct chime_task *cur = atomic_load(&l->current);
+        if (cur)
+            chime__task_interrupt(cur);
         pthread_mutex_unlock(&l->mu);
     }
     for (struct chime_worker *w = p->workers; w; w = w->next)

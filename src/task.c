@@ -239,11 +239,14 @@ chime_task_remaining(chime_task *t)
         } else if (t->flags & CHIME_TF_INHEAP) {
             d = chime__heap_deadline(&p->heap, t);
         } else if (l != NULL) {
-            /* In its binding's ready ring (or on its way there). */
+            /* In its binding's ready ring or a dispatch's batch. */
             d = INT64_MIN;
             pthread_mutex_lock(&l->mu);
-            if (chime__task_state(t) == CHIME_TASK_READY)
+            int s2 = chime__task_state(t);
+            if (s2 == CHIME_TASK_READY)
                 d = l->ring[t->heap_index & (l->cap - 1)].deadline;
+            else if (s2 == CHIME_TASK_BATCHED || s2 == CHIME_TASK_REARMING)
+                d = t->run_deadline;
             pthread_mutex_unlock(&l->mu);
             if (d == INT64_MIN)
                 d = chime__pool_now(p);
@@ -386,11 +389,33 @@ chime_task_cancel(chime_task *t, unsigned flags)
         chime__loop_unqueue_locked(l, t);
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
         chime__drop_locked(t, &garbage);
+    } else if (st == CHIME_TASK_BATCHED || st == CHIME_TASK_REARMING) {
+        int8_t exp = (int8_t)st;
+        if (st == CHIME_TASK_BATCHED && chime__loop_unbatch_locked(l, t)) {
+            /* Taken from the dispatch's batch before it got to it. */
+            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+            chime__drop_locked(t, &garbage);
+        } else if (atomic_compare_exchange_strong(&t->state, &exp,
+                                                  CHIME_TASK_CANCELLED)) {
+            /* The dispatch holds it and will drop it, unstarted. */
+            chime__completed_locked(p, t, CHIME_TASK_CANCELLED);
+        } else {
+            /* It started in the meantime: cancel a running task. */
+            CHIME_ASSERT(exp == CHIME_TASK_RUNNING);
+            if (flags & CHIME_CANCEL_INTERRUPT)
+                chime__task_interrupt(t);
+            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        }
     } else {
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
         if (p->remove_on_cancel && (t->flags & CHIME_TF_INHEAP)) {
             chime__heap_remove(&p->heap, t);
             chime__drop_locked(t, &garbage);
+        } else if (t->heap_index == 0) {
+            /* Retained at the head: wake a worker to drop it now, so a
+             * shut-down pool whose last task this was can terminate
+             * without waiting for the old deadline. */
+            chime__new_head_locked(p);
         }
     }
     if (l)
@@ -426,11 +451,28 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
     if (st == CHIME_TASK_RUNNING) {
         t->flags |= CHIME_TF_REARM;
         t->run_deadline = d;
-    } else if (st == CHIME_TASK_READY) {
+    } else if (st == CHIME_TASK_REARMING) {
+        t->run_deadline = d; /* the dispatch that holds it requeues it */
+    } else if (st == CHIME_TASK_BATCHED &&
+               !((rc = chime__heap_reserve(&p->heap)) == 0 &&
+                 chime__loop_unbatch_locked(l, t))) {
+        if (rc == 0) {
+            /* The dispatch claimed it: it requeues it instead of running
+             * it (REARMING), unless it already started (then this is a
+             * re-arm of a running task, which the same flag expresses). */
+            t->flags |= CHIME_TF_REARM;
+            t->run_deadline = d;
+            int8_t exp = CHIME_TASK_BATCHED;
+            atomic_compare_exchange_strong(&t->state, &exp,
+                                           CHIME_TASK_REARMING);
+        }
+    } else if (st == CHIME_TASK_READY || st == CHIME_TASK_BATCHED) {
         /* Already due and waiting for its loop: take it back into the
          * heap; it will not run at its old time. */
-        if ((rc = chime__heap_reserve(&p->heap)) == 0) {
-            chime__loop_unqueue_locked(l, t);
+        if (st == CHIME_TASK_BATCHED ||
+            (rc = chime__heap_reserve(&p->heap)) == 0) {
+            if (st == CHIME_TASK_READY)
+                chime__loop_unqueue_locked(l, t);
             atomic_store_explicit(&t->state, CHIME_TASK_PENDING,
                                   memory_order_release);
             t->seq = p->next_seq++;
