@@ -185,8 +185,16 @@ chime__try_terminate_locked(struct chime_pool *p)
 {
     if (p->run_state != CHIME_POOL_SHUTDOWN && p->run_state != CHIME_POOL_STOP)
         return;
-    if (p->heap.len != 0 ||
-        atomic_load_explicit(&p->loop_tasks, memory_order_seq_cst) != 0)
+    if (p->heap.len != 0) {
+        /* A cancelled task retained at the head (remove_on_cancel off)
+         * may be all that is left: wake a worker to drop it now rather
+         * than at its old deadline (never, with a custom clock). */
+        if (chime__state_is_final(
+                chime__task_state(chime__heap_peek(&p->heap))))
+            chime__new_head_locked(p);
+        return;
+    }
+    if (atomic_load_explicit(&p->loop_tasks, memory_order_seq_cst) != 0)
         return;
     if (p->nthreads != 0) {
         /* Idle workers of a shut-down pool with an empty queue must
