@@ -68,6 +68,7 @@ chime__heap_init(chime_heap *h)
     h->slots = NULL;
     h->len = 0;
     h->cap = 0;
+    h->lazy = 0;
 }
 
 void
@@ -136,7 +137,9 @@ chime__heap_remove(chime_heap *h, struct chime_task *t)
     CHIME_ASSERT((t->flags & CHIME_TF_INHEAP) && i < h->len &&
                  h->slots[i].task == t);
     t->heap_index = CHIME_HEAP_NONE;
-    t->flags &= (uint8_t)~CHIME_TF_INHEAP;
+    if (t->flags & CHIME_TF_LAZY)
+        h->lazy--;
+    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
     uint32_t last = --h->len;
     if (i == last)
         return;
@@ -174,7 +177,9 @@ chime__heap_filter(chime_heap *h,
     for (uint32_t i = 0; i < n; i++) {
         chime_heap_slot s = h->slots[i];
         if (drop(s.task, s.deadline, ctx)) {
-            s.task->flags &= (uint8_t)~CHIME_TF_INHEAP;
+            if (s.task->flags & CHIME_TF_LAZY)
+                h->lazy--;
+            s.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
             s.task->next = *removed; /* overwrites seq and heap_index */
             *removed = s.task;
         } else {

@@ -13,6 +13,10 @@
  *   queued), so removing or re-keying an arbitrary task is O(log n).
  * - The array grows by half when full; it never shrinks below its initial
  *   size. Growing is the only operation that can fail (-ENOMEM).
+ * - Lazy removal: a cancelled task may stay in its slot marked
+ *   CHIME_TF_LAZY (counted in `lazy`) until it reaches the head or a
+ *   compaction filters all of them out at once; every way out of the heap
+ *   keeps the count right.
  * - Not thread-safe: the pool mutex guards the heap and every heap_index.
  */
 #ifndef CHIME_HEAP_H
@@ -34,6 +38,7 @@ typedef struct chime_heap {
     chime_heap_slot *slots;
     uint32_t len;
     uint32_t cap;
+    uint32_t lazy; /* tasks cancelled but not yet taken out (CHIME_TF_LAZY) */
 } chime_heap;
 
 void chime__heap_init(chime_heap *h);

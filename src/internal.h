@@ -57,6 +57,9 @@ enum {
     CHIME_TF_REARM = 1u << 0,  /* a re-arm arrived while running */
     CHIME_TF_INHEAP = 1u << 1, /* in pool->heap (also while cancelled and
                                   retained, remove_on_cancel off) */
+    CHIME_TF_LAZY = 1u << 2,   /* cancelled with remove_on_cancel on: out
+                                  of the queue as far as anyone can see,
+                                  physically removed later (heap.lazy) */
 };
 
 /* Internal states beyond chime_task_state, all reported as PENDING and
@@ -345,6 +348,8 @@ void chime__completed_locked(struct chime_pool *p, struct chime_task *t,
 void chime__drop_locked(struct chime_task *t, struct chime_task **garbage);
 void chime__free_garbage(struct chime_task *list);
 void chime__new_head_locked(struct chime_pool *p);
+/* Takes every lazily cancelled task out of the heap in one O(n) pass. */
+void chime__compact_locked(struct chime_pool *p, struct chime_task **garbage);
 /* May release and re-take mu (to run the terminated hook). */
 void chime__try_terminate_locked(struct chime_pool *p);
 void chime__pool_ref(struct chime_pool *p);

@@ -171,6 +171,28 @@ chime__free_garbage(struct chime_task *list)
     }
 }
 
+static int
+is_lazy(struct chime_task *t, int64_t deadline, void *arg)
+{
+    (void)deadline;
+    (void)arg;
+    return (t->flags & CHIME_TF_LAZY) != 0;
+}
+
+void
+chime__compact_locked(struct chime_pool *p, struct chime_task **garbage)
+{
+    struct chime_task *removed = NULL;
+    chime__heap_filter(&p->heap, is_lazy, NULL, &removed);
+    while (removed) {
+        struct chime_task *t = removed;
+        removed = t->next;
+        chime__drop_locked(t, garbage);
+    }
+    /* The head may have changed: the leader re-reads it. */
+    chime__new_head_locked(p);
+}
+
 void
 chime__new_head_locked(struct chime_pool *p)
 {
@@ -799,7 +821,8 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         int reason = 0;
         if (p->run_state != CHIME_POOL_RUNNING)
             reason = -ESHUTDOWN;
-        else if (p->max_pending && p->heap.len >= p->max_pending)
+        else if (p->max_pending &&
+                 p->heap.len - p->heap.lazy >= p->max_pending)
             reason = -EAGAIN;
         if (reason == 0)
             break;
@@ -1314,7 +1337,7 @@ chime_pool_now(chime_pool *p)
 static bool
 in_heap_locked(struct chime_task *t)
 {
-    return (t->flags & CHIME_TF_INHEAP) != 0;
+    return (t->flags & (CHIME_TF_INHEAP | CHIME_TF_LAZY)) == CHIME_TF_INHEAP;
 }
 
 int
@@ -1366,7 +1389,9 @@ chime_pool_purge(chime_pool *p)
         return -EINVAL;
     struct chime_task *removed = NULL, *garbage = NULL;
     pthread_mutex_lock(&p->mu);
+    uint32_t lazy = p->heap.lazy;
     uint32_t n = chime__heap_filter(&p->heap, is_cancelled, NULL, &removed);
+    n -= lazy - p->heap.lazy; /* those were out of the queue already */
     while (removed) {
         struct chime_task *t = removed;
         removed = t->next;
@@ -1385,7 +1410,7 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
         return -EINVAL;
     pthread_mutex_lock(&p->mu);
     *out = p->st;
-    out->pending = p->heap.len;
+    out->pending = p->heap.len - p->heap.lazy;
     out->threads_alive = p->nlive;
     for (struct chime_loop *l = p->loops; l; l = l->next) {
         pthread_mutex_lock(&l->mu);
