@@ -416,12 +416,11 @@ chime_task_cancel(chime_task *t, unsigned flags)
             t->flags |= CHIME_TF_LAZY;
             if (++p->heap.lazy >= 64 && p->heap.lazy * 2 > p->heap.len)
                 chime__compact_locked(p, &garbage);
-        } else if (t->heap_index == 0) {
-            /* Retained at the head: wake a worker to drop it now, so a
-             * shut-down pool whose last task this was can terminate
-             * without waiting for the old deadline. */
-            chime__new_head_locked(p);
         }
+        /* Otherwise retained (remove_on_cancel off, Java's behaviour):
+         * dropped when it reaches the head at its deadline, or by purge;
+         * in a shut-down pool try_terminate below wakes a worker to drop a
+         * retained head at once. */
     }
     if (l)
         pthread_mutex_unlock(&l->mu);
