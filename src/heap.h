@@ -1,4 +1,4 @@
-/* Internal: array binary min-heap of tasks ordered by (deadline, seq).
+/* Internal: array 4-ary min-heap of tasks ordered by (deadline, seq).
  *
  * Design notes
  * - Each slot holds the deadline next to the task pointer, so a sift compares
@@ -35,7 +35,8 @@ typedef struct chime_heap_slot {
 } chime_heap_slot;
 
 typedef struct chime_heap {
-    chime_heap_slot *slots;
+    chime_heap_slot *slots; /* logical slot 0 (inside raw, aligned) */
+    void *raw;              /* the allocation */
     uint32_t len;
     uint32_t cap;
     uint32_t lazy; /* tasks cancelled but not yet taken out (CHIME_TF_LAZY) */
