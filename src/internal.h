@@ -348,6 +348,15 @@ void chime__completed_locked(struct chime_pool *p, struct chime_task *t,
 void chime__drop_locked(struct chime_task *t, struct chime_task **garbage);
 void chime__free_garbage(struct chime_task *list);
 void chime__new_head_locked(struct chime_pool *p);
+/* Reserves a worker slot if the pool needs a thread to serve its heap
+ * (lock held); returns 1 if the caller must call chime__spawn() unlocked. */
+int chime__need_worker_locked(struct chime_pool *p);
+int chime__spawn(struct chime_pool *p);
+/* Puts a task that left the heap (a loop task re-armed or requeued from
+ * the loop side) back at deadline, or cancels it if the run state or its
+ * closed binding forbids; lock held. */
+void chime__requeue_locked(struct chime_pool *p, struct chime_task *t,
+                           int64_t deadline, struct chime_task **garbage);
 /* Takes every lazily cancelled task out of the heap in one O(n) pass. */
 void chime__compact_locked(struct chime_pool *p, struct chime_task **garbage);
 /* May release and re-take mu (to run the terminated hook). */

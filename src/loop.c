@@ -326,6 +326,8 @@ chime_loop_fd(chime_loop *l)
 {
     if (l == NULL)
         return -EINVAL;
+    if (chime__forked(l->fork_gen))
+        return -ECHILD;
     pthread_mutex_lock(&l->mu);
     int fd = l->closed ? -EBADF : l->efd;
     pthread_mutex_unlock(&l->mu);
@@ -436,19 +438,12 @@ static void
 stolen(struct chime_pool *p, struct chime_task *t, int state)
 {
     struct chime_task *garbage = NULL;
+    int need = 0;
     pthread_mutex_lock(&p->mu);
     if (state == CHIME_TASK_REARMING &&
         chime__task_state(t) == CHIME_TASK_REARMING) {
-        t->flags &= (uint8_t)~CHIME_TF_REARM;
-        atomic_store_explicit(&t->state, CHIME_TASK_PENDING,
-                              memory_order_release);
-        t->seq = p->next_seq++;
-        if (chime__heap_push(&p->heap, t, t->run_deadline) != 0) {
-            chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
-            chime__drop_locked(t, &garbage);
-        } else if (t->heap_index == 0) {
-            chime__new_head_locked(p);
-        }
+        chime__requeue_locked(p, t, t->run_deadline, &garbage);
+        need = (t->flags & CHIME_TF_INHEAP) && chime__need_worker_locked(p);
     } else {
         CHIME_ASSERT(chime__state_is_final(chime__task_state(t)));
         chime__drop_locked(t, &garbage);
@@ -457,6 +452,8 @@ stolen(struct chime_pool *p, struct chime_task *t, int state)
     chime__try_terminate_locked(p);
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(garbage);
+    if (need)
+        chime__spawn(p);
 }
 
 /* The common case settled without the pool lock: a one-shot that returned
@@ -477,12 +474,12 @@ settle_unlocked(struct chime_task *t, int rc, struct chime_task **freed)
     atomic_store_explicit(&t->state, CHIME_TASK_DONE, memory_order_release);
     uint32_t old = atomic_fetch_and_explicit(&t->refs, ~CHIME_REF_POOL,
                                              memory_order_acq_rel);
-    if (old & CHIME_REF_POOLREF) {
-        chime__task_free(t); /* it had a handle once: unref the pool too */
-    } else {
-        *chime__node_link(t) = *freed; /* back to this binding's cache */
-        *freed = t;
-    }
+    (void)old;
+    /* Freed at the end of the batch, under loop->mu: shutdown_now may be
+     * setting the interrupt flag of the task it read from loop->current
+     * just before this thread cleared it, and it does so under that lock. */
+    *chime__node_link(t) = *freed;
+    *freed = t;
     return true;
 }
 
@@ -567,11 +564,17 @@ chime_loop_dispatch(chime_loop *l)
                 struct chime_task *garbage = NULL;
                 pthread_mutex_lock(&p->mu);
                 chime__settle_locked(p, t, rc, result, false, &garbage);
+                /* Requeued (periodic, re-armed): some worker must hand it
+                 * over again when it is due. */
+                int need = (t->flags & CHIME_TF_INHEAP) &&
+                           chime__need_worker_locked(p);
                 /* It left the ring when it started; it counts no longer. */
                 atomic_fetch_sub(&p->loop_tasks, 1);
                 chime__try_terminate_locked(p);
                 pthread_mutex_unlock(&p->mu);
                 chime__free_garbage(garbage);
+                if (need)
+                    chime__spawn(p);
             }
             ran++;
         }
@@ -583,7 +586,10 @@ chime_loop_dispatch(chime_loop *l)
         while (freed) {
             struct chime_task *f = freed;
             freed = *chime__node_link(f);
-            if (l->ncache < CACHE_MAX) {
+            bool poolref = atomic_load_explicit(&f->refs,
+                                                memory_order_relaxed) &
+                           CHIME_REF_POOLREF;
+            if (!poolref && l->ncache < CACHE_MAX) {
                 *chime__node_link(f) = l->cache;
                 l->cache = f;
                 l->ncache++;
@@ -633,6 +639,8 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
     if (!atomic_load(&p->accepting)) {
         atomic_fetch_sub(&p->loop_tasks, 1);
         pthread_mutex_lock(&p->mu);
+        /* Termination may have looked while this post was counted. */
+        chime__try_terminate_locked(p);
         struct chime_task *t = chime__task_alloc_locked(p);
         if (t == NULL) {
             pthread_mutex_unlock(&p->mu);
@@ -687,6 +695,12 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
     pthread_mutex_unlock(&l->mu);
     if (rc != 0) {
         atomic_fetch_sub(&p->loop_tasks, 1);
+        if (!atomic_load(&p->accepting)) {
+            /* Termination may have looked while this post was counted. */
+            pthread_mutex_lock(&p->mu);
+            chime__try_terminate_locked(p);
+            pthread_mutex_unlock(&p->mu);
+        }
         if (t != NULL && out != NULL)
             chime__pool_unref(p); /* taken by task_init for the handle */
         return rc;
@@ -739,6 +753,8 @@ chime_loop_get_stats(chime_loop *l, chime_loop_stats *out)
 {
     if (l == NULL || out == NULL)
         return -EINVAL;
+    if (chime__forked(l->fork_gen))
+        return -ECHILD;
     pthread_mutex_lock(&l->mu);
     *out = l->st;
     out->ready = l->live;

@@ -32,6 +32,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <sys/prctl.h>
 #include <stdlib.h>
@@ -43,6 +44,12 @@
 
 static _Thread_local struct chime_worker *tls_worker;
 static _Thread_local struct chime_task *tls_task;
+/* The pool whose on_terminated hook this thread is running. */
+static _Thread_local struct chime_pool *tls_terminating;
+
+/* In a forked child a pool's lock may be held by a thread that does not
+ * exist there: every entry point that would take it answers first. */
+#define FORKED(p) chime__forked((p)->fork_gen)
 
 struct chime_task *
 chime__current_task(void)
@@ -231,7 +238,10 @@ chime__try_terminate_locked(struct chime_pool *p)
     p->run_state = CHIME_POOL_TIDYING;
     if (p->on_terminated) {
         pthread_mutex_unlock(&p->mu);
+        struct chime_pool *prev = tls_terminating;
+        tls_terminating = p;
         p->on_terminated(p, p->hook_ctx);
+        tls_terminating = prev;
         pthread_mutex_lock(&p->mu);
     }
     p->run_state = CHIME_POOL_TERMINATED;
@@ -280,7 +290,9 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     }
     if ((unsigned)opts->reject_policy > CHIME_REJECT_CALL ||
         (opts->reject_policy == CHIME_REJECT_CALL && opts->on_reject == NULL) ||
-        opts->threads > 65536)
+        opts->threads > 65536 ||
+        (opts->stack_size != 0 &&
+         opts->stack_size < (size_t)PTHREAD_STACK_MIN))
         return -EINVAL;
 
     chime__fork_init();
@@ -525,6 +537,30 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
     }
 }
 
+void
+chime__requeue_locked(struct chime_pool *p, struct chime_task *t,
+                      int64_t deadline, struct chime_task **garbage)
+{
+    t->flags &= (uint8_t)~CHIME_TF_REARM;
+    atomic_store_explicit(&t->state, CHIME_TASK_PENDING, memory_order_release);
+    struct chime_loop *l = chime__task_loop(t);
+    if (!can_run_locked(p, t, deadline, chime__pool_now(p)) ||
+        (l && l->closed)) {
+        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime__drop_locked(t, garbage);
+        return;
+    }
+    t->seq = p->next_seq++;
+    if (chime__heap_push(&p->heap, t, deadline) != 0) {
+        /* The queue could not grow to take the task back. */
+        chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
+        chime__drop_locked(t, garbage);
+        return;
+    }
+    if (t->heap_index == 0)
+        chime__new_head_locked(p);
+}
+
 /* Runs t (taken from the heap, lock held) and settles its outcome. Returns
  * with the lock held. */
 static void
@@ -632,8 +668,8 @@ default_create(pthread_t *tid, const pthread_attr_t *attr,
 
 /* Starts one worker for a slot already reserved in nthreads. On failure
  * the slot is given back. Returns 0 or a negative errno. Call unlocked. */
-static int
-spawn(struct chime_pool *p)
+int
+chime__spawn(struct chime_pool *p)
 {
     struct chime_worker *w = chime__calloc(1, sizeof(*w));
     int rc = w ? 0 : ENOMEM;
@@ -685,8 +721,8 @@ spawn(struct chime_pool *p)
 
 /* Reserves a worker slot if the queue needs one. Returns 1 if the caller
  * must spawn(). */
-static int
-need_worker_locked(struct chime_pool *p)
+int
+chime__need_worker_locked(struct chime_pool *p)
 {
     if (p->nthreads < p->core || (p->core == 0 && p->nthreads == 0)) {
         p->nthreads++;
@@ -852,16 +888,17 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
     p->st.submitted++;
     if (t->heap_index == 0)
         chime__new_head_locked(p);
-    int need = need_worker_locked(p);
+    int need = chime__need_worker_locked(p);
     pthread_mutex_unlock(&p->mu);
 
     if (need) {
-        int rc = spawn(p);
+        int rc = chime__spawn(p);
         if (rc != 0) {
             /* No worker at all means the task could never run: take it
              * back and report (Java accepts it silently; B50). */
             pthread_mutex_lock(&p->mu);
-            bool take_back = p->nthreads == 0 && p->nexiting == 0 &&
+            /* Exiting workers (in their stop hook) take nothing more. */
+            bool take_back = p->nthreads == 0 &&
                              (t->flags & CHIME_TF_INHEAP) &&
                              chime__task_state(t) == CHIME_TASK_PENDING;
             if (take_back) {
@@ -1081,7 +1118,12 @@ chime_pool_await_termination(chime_pool *p, int64_t timeout_ns)
         return -EINVAL;
     if (chime__forked(p->fork_gen))
         return -ECHILD;
-    if (timeout_ns < 0 && on_own_worker(p))
+    /* Waiting forever from inside the pool's own work can never end: a
+     * worker, a loop callback or caller-run task (the pool waits for it),
+     * or the on_terminated hook (termination completes after it). */
+    if (timeout_ns < 0 &&
+        (on_own_worker(p) || (tls_task != NULL && tls_task->pool == p) ||
+         tls_terminating == p))
         return -EDEADLK;
     struct timespec ts = chime__abs_timespec(
         chime__sat_add(chime__monotonic_ns(), timeout_ns > 0 ? timeout_ns : 0));
@@ -1144,6 +1186,8 @@ chime_pool_is_shutdown(chime_pool *p)
 {
     if (p == NULL)
         return false;
+    if (FORKED(p))
+        return false;
     pthread_mutex_lock(&p->mu);
     bool r = p->run_state >= CHIME_POOL_SHUTDOWN;
     pthread_mutex_unlock(&p->mu);
@@ -1154,6 +1198,8 @@ bool
 chime_pool_is_terminating(chime_pool *p)
 {
     if (p == NULL)
+        return false;
+    if (FORKED(p))
         return false;
     pthread_mutex_lock(&p->mu);
     bool r = p->run_state >= CHIME_POOL_SHUTDOWN &&
@@ -1166,6 +1212,8 @@ bool
 chime_pool_is_terminated(chime_pool *p)
 {
     if (p == NULL)
+        return false;
+    if (FORKED(p))
         return false;
     pthread_mutex_lock(&p->mu);
     bool r = p->run_state == CHIME_POOL_TERMINATED;
@@ -1192,7 +1240,7 @@ chime_pool_prestart(chime_pool *p)
     }
     pthread_mutex_unlock(&p->mu);
     if (rc == 1) {
-        int s = spawn(p);
+        int s = chime__spawn(p);
         if (s != 0)
             return s;
     }
@@ -1218,6 +1266,8 @@ chime_pool_set_threads(chime_pool *p, unsigned n)
 {
     if (p == NULL || n > 65536)
         return -EINVAL;
+    if (FORKED(p))
+        return -ECHILD;
     pthread_mutex_lock(&p->mu);
     p->core = n;
     /* Surplus idle workers notice and exit. */
@@ -1232,7 +1282,7 @@ chime_pool_set_threads(chime_pool *p, unsigned n)
     }
     pthread_mutex_unlock(&p->mu);
     while (spawn_n-- > 0)
-        spawn(p);
+        chime__spawn(p);
     return 0;
 }
 
@@ -1240,6 +1290,8 @@ unsigned
 chime_pool_threads(chime_pool *p)
 {
     if (p == NULL)
+        return 0;
+    if (FORKED(p))
         return 0;
     pthread_mutex_lock(&p->mu);
     unsigned n = p->core;
@@ -1252,6 +1304,8 @@ set_policy(chime_pool *p, bool *field, bool on)
 {
     if (p == NULL)
         return -EINVAL;
+    if (FORKED(p))
+        return -ECHILD;
     struct chime_task *garbage = NULL;
     pthread_mutex_lock(&p->mu);
     *field = on;
@@ -1266,6 +1320,8 @@ static bool
 get_policy(chime_pool *p, const bool *field)
 {
     if (p == NULL)
+        return false;
+    if (FORKED(p))
         return false;
     pthread_mutex_lock(&p->mu);
     bool r = *field;
@@ -1302,6 +1358,8 @@ chime_pool_set_remove_on_cancel(chime_pool *p, bool on)
 {
     if (p == NULL)
         return -EINVAL;
+    if (FORKED(p))
+        return -ECHILD;
     pthread_mutex_lock(&p->mu);
     p->remove_on_cancel = on;
     pthread_mutex_unlock(&p->mu);
@@ -1319,6 +1377,8 @@ chime_pool_clock_changed(chime_pool *p)
 {
     if (p == NULL)
         return -EINVAL;
+    if (FORKED(p))
+        return -ECHILD;
     pthread_mutex_lock(&p->mu);
     chime__new_head_locked(p);
     pthread_mutex_unlock(&p->mu);
@@ -1345,6 +1405,8 @@ chime_pool_remove(chime_pool *p, chime_task *t)
 {
     if (p == NULL || t == NULL)
         return -EINVAL;
+    if (FORKED(p))
+        return -ECHILD;
     if (t->pool != p)
         return -ENOENT;
     struct chime_task *garbage = NULL;
@@ -1368,6 +1430,8 @@ chime_pool_contains(chime_pool *p, chime_task *t)
 {
     if (p == NULL || t == NULL || t->pool != p)
         return false;
+    if (FORKED(p))
+        return false;
     pthread_mutex_lock(&p->mu);
     bool r = in_heap_locked(t);
     pthread_mutex_unlock(&p->mu);
@@ -1387,6 +1451,8 @@ chime_pool_purge(chime_pool *p)
 {
     if (p == NULL)
         return -EINVAL;
+    if (FORKED(p))
+        return -ECHILD;
     struct chime_task *removed = NULL, *garbage = NULL;
     pthread_mutex_lock(&p->mu);
     uint32_t lazy = p->heap.lazy;
@@ -1408,6 +1474,8 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
 {
     if (p == NULL || out == NULL)
         return -EINVAL;
+    if (FORKED(p))
+        return -ECHILD;
     pthread_mutex_lock(&p->mu);
     *out = p->st;
     out->pending = p->heap.len - p->heap.lazy;

@@ -100,13 +100,15 @@ chime__task_free(struct chime_task *t)
     struct chime_pool *p = t->pool;
     bool had_ref = atomic_load_explicit(&t->refs, memory_order_relaxed) &
                    CHIME_REF_POOLREF;
+    /* Poisoned before it is published: once pushed, another thread may
+     * take it and unpoison it for reuse. */
+    NODE_FREED(t);
     struct chime_task *head =
         atomic_load_explicit(&p->remote_free, memory_order_relaxed);
     do
         *node_link(t) = head;
     while (!atomic_compare_exchange_weak_explicit(
         &p->remote_free, &head, t, memory_order_release, memory_order_relaxed));
-    NODE_FREED(t);
     /* After the push: the pool's memory (and the chunk) may go now. */
     if (had_ref)
         chime__pool_unref(p);
@@ -228,6 +230,8 @@ chime_task_remaining(chime_task *t)
     if (t == NULL || chime__state_is_final(chime__task_state(t)))
         return 0;
     struct chime_pool *p = t->pool;
+    if (chime__forked(p->fork_gen))
+        return 0;
     pthread_mutex_lock(&p->mu);
     int64_t r = 0;
     int st = chime__task_state(t);
@@ -493,9 +497,16 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
         if (t->heap_index == 0)
             chime__new_head_locked(p);
     }
+    /* A loop task taken back into the heap may be the only work of a pool
+     * that has no worker now (posts start none; a zero-core pool's worker
+     * leaves when the heap is empty). */
+    int need = l != NULL && (t->flags & CHIME_TF_INHEAP) &&
+               chime__need_worker_locked(p);
     if (l)
         pthread_mutex_unlock(&l->mu);
     pthread_mutex_unlock(&p->mu);
+    if (need)
+        chime__spawn(p);
     return rc;
 }
 
@@ -539,6 +550,10 @@ chime_strerror(int err)
         return "binding closed";
     case -EMFILE:
         return "too many open files";
+    case -ENFILE:
+        return "too many open files in the system";
+    case -EIO:
+        return "the event loop library refused the event";
     default:
         return "unknown error";
     }

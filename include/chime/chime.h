@@ -14,8 +14,13 @@
  *   chime_task_release(). Releasing never cancels. A handle stays valid (its
  *   outcome readable) after its pool is destroyed, until released.
  * - A task completes exactly once, with one outcome: done (ran and returned
- *   0), failed (returned non-zero), cancelled, or rejected. Every waiter sees
- *   that outcome; no task is left that nobody will ever complete.
+ *   0), failed (returned non-zero; or, with cause -ENOMEM, chime could not
+ *   queue its next run for lack of memory), cancelled, or rejected. Every
+ *   waiter sees that outcome; no task is left that nobody will ever
+ *   complete.
+ * - After fork(), a child must not use the pools and bindings it inherited
+ *   (their locks may be held by threads that do not exist there): every
+ *   call on them returns -ECHILD, predicates return false and counts 0.
  *
  * Thread-safety vocabulary used below
  * - "any thread": callable concurrently from any thread, including from a task
@@ -211,7 +216,9 @@ CHIME_EXPORT void chime_pool_options_init(chime_pool_options *opts);
 
 /* Creates a pool. opts NULL: defaults. No thread is started yet.
  * Returns: 0, -EINVAL (out NULL; reject_policy out of range or CALL without
- * on_reject), -ENOMEM, or a pthread error for the pool's mutex/conditions.
+ * on_reject; threads > 65536; stack_size non-zero but below
+ * PTHREAD_STACK_MIN), -ENOMEM, or a pthread error for the pool's
+ * mutex/conditions.
  * Thread-safety: any thread. */
 CHIME_EXPORT int chime_pool_new(const chime_pool_options *opts,
                                 chime_pool **out);
@@ -241,7 +248,9 @@ CHIME_EXPORT int chime_pool_shutdown_now(chime_pool *pool, chime_task ***tasks,
  * exited and the on_terminated hook returned. timeout_ns < 0 waits forever,
  * 0 polls. Returns: 0 (terminated), -ETIMEDOUT, -EINVAL (pool NULL),
  * -EDEADLK (called from one of this pool's task callbacks or hooks with a
- * timeout that would wait for the caller itself).
+ * timeout that would wait for the caller itself: called with no timeout from
+ * one of this pool's workers, task callbacks (loop callbacks included) or
+ * its on_terminated hook).
  * Thread-safety: any thread. */
 CHIME_EXPORT int chime_pool_await_termination(chime_pool *pool,
                                               int64_t timeout_ns);
@@ -262,8 +271,8 @@ CHIME_EXPORT bool chime_pool_is_terminating(chime_pool *pool);
 CHIME_EXPORT bool chime_pool_is_terminated(chime_pool *pool);
 
 /* Starts one core worker if fewer than `threads` are running.
- * Returns: 1 (started), 0 (core already reached), -EINVAL, -ESHUTDOWN, or
- * the factory's error as a negative errno.
+ * Returns: 1 (started), 0 (core already reached), -EINVAL, -ESHUTDOWN,
+ * -ENOMEM, or the factory's error as a negative errno.
  * Thread-safety: any thread. */
 CHIME_EXPORT int chime_pool_prestart(chime_pool *pool);
 /* Starts core workers until `threads` run. Returns: how many were started
@@ -540,8 +549,9 @@ CHIME_EXPORT int chime_loop_dispatch(chime_loop *loop);
 
 /* Hands fn(arg) to the loop thread, to run at its next dispatch after the
  * callbacks already ready (post order). out: as chime_pool_schedule.
- * Returns: 0, -EINVAL, -ENOMEM, -ESHUTDOWN (binding closing or pool shut
- * down: with the pool's rejection policy), -ECHILD.
+ * Returns: 0, -EINVAL, -ENOMEM, -ESHUTDOWN (binding closed, whatever the
+ * rejection policy; or pool shut down, through the pool's rejection
+ * policy), -ECHILD.
  * Thread-safety: any thread, including workers and the loop thread itself.
  * Runs on: the loop thread, no chime lock held. */
 CHIME_EXPORT int chime_loop_post(chime_loop *loop, chime_task_fn fn, void *arg,
