@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Runs every unit test executable (and the libevent integration tests) under
+# valgrind: memcheck (leaks and memory errors) and helgrind (data races and
+# lock-order problems). Complements the ASan/TSan builds of scripts/test.sh:
+# valgrind needs no recompilation, sees the uninstrumented library, and
+# checks leaks with the process's exact allocation count.
+#
+#   build-valgrind  Debug, no sanitizer, examples off
+#
+# Criterion runs each test in a worker process it re-executes from the test
+# binary ("boxfort-worker"), so valgrind follows children
+# (--trace-children=yes) and every process writes its own log under
+# build-valgrind/valgrind/<tool>/. --jobs 1: one worker at a time.
+#
+# Prints one line per executable and one summary line per tool; exits
+# non-zero if any test failed or valgrind reported any error in any process.
+#
+# Usage: scripts/valgrind.sh [memcheck] [helgrind]   (default: both)
+# Environment:
+#   CHIME_VALGRIND_DIR   build directory (default build-valgrind)
+#   CHIME_VALGRIND_TESTS space-separated executable names to run (default:
+#                        every tests/test_* and tests/integration_test_*)
+#   CHIME_VALGRIND_OPTS  extra valgrind options, e.g. --gen-suppressions=all
+#   The test-size knobs below can be overridden the same way.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+bash scripts/deps.sh valgrind || exit 1
+
+tools=("$@")
+if [ ${#tools[@]} -eq 0 ]; then
+    tools=(memcheck helgrind)
+fi
+for t in "${tools[@]}"; do
+    case $t in
+    memcheck | helgrind) ;;
+    *)
+        echo "valgrind.sh: unknown tool '$t' (memcheck or helgrind)" >&2
+        exit 2
+        ;;
+    esac
+done
+
+dir=${CHIME_VALGRIND_DIR:-build-valgrind}
+echo "=================== $dir: configure and build ==================="
+if ! cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCHIME_SANITIZER= \
+    -DCHIME_BUILD_EXAMPLES=OFF >/dev/null ||
+    ! cmake --build "$dir" -j2 >"$dir.build.log" 2>&1; then
+    cat "$dir.build.log" >&2
+    echo "valgrind: FAILED to configure or build" >&2
+    exit 1
+fi
+
+# Sizes for the heavy tests: valgrind runs code 20-50x slower (helgrind
+# more), and these tests are about volume, which the native, ASan and TSan
+# runs already have. Each knob is read by the test named beside it.
+export CHIME_TEST_RACE_ATTEMPTS=${CHIME_TEST_RACE_ATTEMPTS:-500} # test_loop
+export CHIME_TEST_POSTS=${CHIME_TEST_POSTS:-5000}                # test_loop
+export CHIME_TEST_CLOSE_ROUNDS=${CHIME_TEST_CLOSE_ROUNDS:-20}     # test_loop
+export CHIME_MODEL_SEQS=${CHIME_MODEL_SEQS:-4}                   # test_model
+# test_faults: fail each allocation site once per call that reaches it
+# instead of every allocation in turn.
+export CHIME_TEST_FAULT_PER_SITE=${CHIME_TEST_FAULT_PER_SITE:-1}
+
+# Tests that cannot pass under valgrind, as "tool executable suite/test
+# reason" (tool: memcheck, helgrind or any). Keep this list short and every
+# reason concrete.
+exclusions=(
+    "helgrind test_heap heap/grows_from_zero_to_100k_and_pops_in_order single-threaded (helgrind has nothing to check) and fixed at 100k pushes: over its 10 s suite timeout under helgrind; memcheck runs it"
+)
+
+filter_for() { # tool exe -> a Criterion --filter excluding its tests, or ""
+    local tool=$1 exe=$2 e t x name pats=()
+    for e in "${exclusions[@]}"; do
+        read -r t x name _ <<<"$e"
+        if [ "$x" = "$exe" ] && { [ "$t" = any ] || [ "$t" = "$tool" ]; }; then
+            pats+=("$name")
+        fi
+    done
+    if [ ${#pats[@]} -gt 0 ]; then
+        local IFS='|'
+        echo "!(${pats[*]})"
+    fi
+}
+
+if [ -n "${CHIME_VALGRIND_TESTS:-}" ]; then
+    read -r -a exes <<<"$CHIME_VALGRIND_TESTS"
+else
+    exes=()
+    for f in "$dir"/tests/test_* "$dir"/tests/integration_test_*; do
+        [ -x "$f" ] && exes+=("$(basename "$f")")
+    done
+fi
+
+summaries=()
+failed_any=0
+
+run_tool() {
+    local tool=$1
+    local logdir="$dir/valgrind/$tool"
+    rm -rf "$logdir"
+    mkdir -p "$logdir"
+    local opts=(--tool="$tool" --error-exitcode=99 --trace-children=yes
+        # popen()ed helpers (test_faults names its allocation sites)
+        --trace-children-skip='*/sh,*/dash,*/bash,*/addr2line'
+        --num-callers=30)
+    # shellcheck disable=SC2206 # split on purpose
+    opts+=(${CHIME_VALGRIND_OPTS:-})
+    case $tool in
+    memcheck)
+        opts+=(--leak-check=full --errors-for-leak-kinds=definite,indirect
+            --show-leak-kinds=definite,indirect)
+        ;;
+    helgrind)
+        opts+=(--suppressions="$root/tests/valgrind/helgrind.supp")
+        ;;
+    esac
+
+    echo
+    echo "=================== valgrind --tool=$tool ==================="
+    for e in "${exclusions[@]}"; do
+        read -r t x name reason <<<"$e"
+        if [ "$t" = any ] || [ "$t" = "$tool" ]; then
+            echo "excluded: $x $name: $reason"
+        fi
+    done
+
+    local start=$SECONDS bad=0 tests=0 errors=0 exe
+    for exe in "${exes[@]}"; do
+        local t0=$SECONDS filter rc line n errs
+        filter=$(filter_for "$tool" "$exe")
+        # --verbose: each test's duration in the .out file, to see which
+        # ones come near their Criterion timeout under valgrind.
+        local args=(--jobs 1 --verbose)
+        [ -n "$filter" ] && args+=(--filter "$filter")
+        valgrind "${opts[@]}" --log-file="$logdir/$exe.%p.log" \
+            "$dir/tests/$exe" "${args[@]}" >"$logdir/$exe.out" 2>&1
+        rc=$?
+        # Every process's own verdict: "ERROR SUMMARY: 3 errors from ..."
+        errs=$(cat "$logdir/$exe".*.log 2>/dev/null |
+            sed -n 's/.*ERROR SUMMARY: \([0-9]*\) errors.*/\1/p' |
+            awk '{s += $1} END {print s + 0}')
+        line=$(grep -a 'Synthesis:' "$logdir/$exe.out" | tail -n 1)
+        n=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<<"$line")
+        tests=$((tests + ${n:-0}))
+        errors=$((errors + errs))
+        if [ "$rc" -eq 0 ] && [ "$errs" -eq 0 ] && [ -n "$line" ]; then
+            printf '  %-36s OK    %3s tests %5d s\n' "$exe" "${n:-?}" \
+                $((SECONDS - t0))
+        else
+            bad=$((bad + 1))
+            printf '  %-36s FAILED (exit %d, %d valgrind errors) %5d s: %s\n' \
+                "$exe" "$rc" "$errs" $((SECONDS - t0)) "${line#*Synthesis: }"
+            grep -a -E '^\[(FAIL|----)\]' "$logdir/$exe.out" | head -n 20
+            grep -l 'ERROR SUMMARY: [1-9]' "$logdir/$exe".*.log 2>/dev/null |
+                head -n 3 | sed 's/^/    see /'
+        fi
+    done
+    local s
+    if [ "$bad" -eq 0 ]; then
+        s="$tool: OK, ${#exes[@]} executables, $tests tests, 0 errors in $((SECONDS - start)) s"
+    else
+        s="$tool: FAILED, $bad of ${#exes[@]} executables ($tests tests, $errors valgrind errors) in $((SECONDS - start)) s; logs in $logdir"
+        failed_any=1
+    fi
+    summaries+=("$s")
+}
+
+for tool in "${tools[@]}"; do
+    run_tool "$tool"
+done
+
+echo
+echo "=================== summary ==================="
+for s in "${summaries[@]}"; do
+    echo "$s"
+done
+exit "$failed_any"
