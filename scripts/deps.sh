@@ -13,6 +13,7 @@ packages=(
     pkg-config      # finds Criterion and libevent; the pkg-config install test
     libcriterion-dev
     libevent-dev
+    spin            # model checker for docs/model (scripts/spin.sh)
     "$@"
 )
 

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Builds chime three times and runs every test in each build:
-#   build-test  Debug, -Werror                    (unit, example, install)
-#   build-tsan  Debug, ThreadSanitizer            (unit, example)
-#   build-asan  Debug, AddressSanitizer + UBSan   (unit, example)
+#   build-test  Debug, -Werror                    (unit, stress, example,
+#                                                  install)
+#   build-tsan  Debug, ThreadSanitizer            (unit, stress, example)
+#   build-asan  Debug, AddressSanitizer + UBSan   (unit, stress, example)
+# then the reliability checks that are not ctest tests:
+#   fuzz        scripts/fuzz.sh 60: the libFuzzer target for 60 s
+#   spin        scripts/spin.sh: the Promela models (and their mutations)
+#   valgrind    scripts/valgrind.sh: memcheck and helgrind over the unit tests
 # Installs missing Debian packages first (scripts/deps.sh).
 #
-# Prints one summary line per build and, last, "N passed, M failed" with the
-# ctest counts over all builds (a build that does not configure or compile
-# counts as one failure). Exits non-zero if anything failed.
+# Prints one summary line per step and, last, "N passed, M failed" with the
+# ctest counts over all builds plus one per reliability check (a build that
+# does not configure or compile counts as one failure). Exits non-zero if
+# anything failed.
 #
-# Usage: scripts/test.sh [test|tsan|asan ...]   (default: all three)
+# Usage: scripts/test.sh [test|tsan|asan|fuzz|spin|valgrind ...]
+#        (default: all of them, in that order)
 # CHIME_BUILD_PREFIX (default "build-") names the build directories.
 set -uo pipefail
 
@@ -20,7 +27,7 @@ bash scripts/deps.sh || exit 1
 
 builds=("$@")
 if [ ${#builds[@]} -eq 0 ]; then
-    builds=(test tsan asan)
+    builds=(test tsan asan fuzz spin valgrind)
 fi
 
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
@@ -122,8 +129,29 @@ run_build() {
     fi
 }
 
+# A reliability check: one script, one pass or fail.
+run_check() {
+    local name=$1
+    shift
+    local start=$SECONDS
+    echo
+    echo "=================== $name: $* ==================="
+    if "$@"; then
+        summaries+=("$name: OK in $((SECONDS - start)) s")
+        total_passed=$((total_passed + 1))
+    else
+        summaries+=("$name: FAILED ($((SECONDS - start)) s)")
+        total_failed=$((total_failed + 1))
+    fi
+}
+
 for b in "${builds[@]}"; do
-    run_build "$b" || true
+    case $b in
+    fuzz) run_check fuzz bash scripts/fuzz.sh 60 ;;
+    spin) run_check spin bash scripts/spin.sh ;;
+    valgrind) run_check valgrind bash scripts/valgrind.sh ;;
+    *) run_build "$b" || true ;;
+    esac
 done
 
 echo

@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# Model-checks chime's wake-up protocols with SPIN (docs/model.md):
+#   docs/model/leader.pml   leader-follower take, offers, cancel / re-arm
+#   docs/model/binding.pml  a loop binding's signalled flag + eventfd
+#   docs/model/batch.pml    claiming batched loop tasks vs cancel / re-arm
+#
+# Runs every check of the real models (each must pass), then every check
+# of every mutation (each mutation must be caught by at least one check).
+# For each run prints: states stored, transitions, depth, memory, time and
+# the error pan found, if any. One pan at a time; each is bounded in time
+# (SPIN_TIME_LIMIT seconds, default 300), memory (SPIN_MEMLIM MB, default
+# 2048) and depth (SPIN_MAXDEPTH, default 1000000); a run that hits a bound
+# is "incomplete", which fails a real check and never counts as catching a
+# mutation.
+#
+# Installs spin (and a C compiler) through scripts/deps.sh if missing.
+#
+# Usage: scripts/spin.sh [-k DIR] [PATTERN]
+#   PATTERN  only run checks whose name matches this grep -E pattern
+#   -k DIR   keep every run's directory (pan output, .trail files and, for
+#            runs that found an error, the replayed counterexample in
+#            trail.txt) under DIR
+# Exits 0 only if every real check passed and every mutation was caught.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root" || exit 1
+
+keep=""
+if [ "${1:-}" = "-k" ]; then
+    keep=${2:?"-k needs a directory"}
+    shift 2
+fi
+pattern=${1:-}
+
+bash scripts/deps.sh || exit 1
+for tool in spin gcc; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "spin.sh: $tool not found after scripts/deps.sh" >&2
+        exit 1
+    fi
+done
+
+time_limit=${SPIN_TIME_LIMIT:-300}
+memlim=${SPIN_MEMLIM:-2048}
+maxdepth=${SPIN_MAXDEPTH:-1000000}
+
+if [ -n "$keep" ]; then
+    mkdir -p "$keep"
+    work=$(cd "$keep" && pwd)
+else
+    work=$(mktemp -d "${TMPDIR:-/tmp}/chime-spin.XXXXXX")
+    trap 'rm -rf "$work"' EXIT
+fi
+
+models=$root/docs/model
+real_pass=0
+real_fail=0
+failed_checks=()
+
+# Results of the last run (set by run_pan).
+r_status="" r_error="" r_states="" r_trans="" r_depth="" r_mem="" r_time=""
+
+# run_pan NAME MODEL MODE "SPIN DEFINES" [CLAIM]
+#   MODE: safety  assertions + invalid end states (no never claim)
+#         ltlf    never claim CLAIM, acceptance cycles, weak fairness
+#         ltl     never claim CLAIM, acceptance cycles, no fairness
+#         np      non-progress cycles (no never claim)
+# Sets r_status to pass, error or incomplete.
+run_pan() {
+    local name=$1 model=$2 mode=$3 defs=$4 claim=${5:-}
+    local dir=$work/$name
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    cp "$models/$model" "$dir/"
+    local cflags=(-O2 -w "-DMEMLIM=$memlim")
+    local args=("-m$maxdepth")
+    case $mode in
+    safety) cflags+=(-DSAFETY -DNOCLAIM) ;;
+    ltlf) cflags+=(-DNFAIR=3); args+=(-a -f -N "$claim") ;;
+    ltl) args+=(-a -N "$claim") ;;
+    np) cflags+=(-DNP -DNOCLAIM); args+=(-l) ;;
+    esac
+    r_status=incomplete r_error="" r_states="-" r_trans="-" r_depth="-"
+    r_mem="-" r_time="-"
+    # One pan per (model, defines, compile flags): the LTL properties of a
+    # configuration share it (-N picks the claim at run time).
+    local key bin
+    key=$(printf '%s|%s|%s' "$model" "$defs" "${cflags[*]}" | md5sum | cut -c1-16)
+    bin=$work/.bin/$key
+    if [ ! -x "$bin/pan" ]; then
+        rm -rf "$bin"
+        mkdir -p "$bin"
+        cp "$models/$model" "$bin/"
+        # shellcheck disable=SC2086
+        if ! (cd "$bin" && spin $defs -a "$model" >spin.out 2>&1 </dev/null); then
+            r_error="spin -a failed: $(grep -m1 -i error "$bin/spin.out")"
+            return
+        fi
+        if ! (cd "$bin" && gcc "${cflags[@]}" -o pan.tmp pan.c >gcc.out 2>&1 </dev/null &&
+            mv pan.tmp pan); then
+            r_error="gcc failed: $(head -c 200 "$bin/gcc.out")"
+            return
+        fi
+    fi
+    local t0 t1 rc
+    t0=$(date +%s.%N)
+    (cd "$dir" && timeout "$time_limit" "$bin/pan" "${args[@]}" >pan.out 2>&1 </dev/null)
+    rc=$?
+    t1=$(date +%s.%N)
+    r_time=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+    local out=$dir/pan.out
+    r_states=$(awk '/states, stored/ { print $1; exit }' "$out")
+    r_trans=$(awk '/transitions \(=/ { print $1; exit }' "$out")
+    r_depth=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' "$out" | head -1)
+    r_mem=$(awk '/total actual memory usage/ { print $1; exit }' "$out")
+    local errors
+    errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$out" | head -1)
+    : "${r_states:=-}" "${r_trans:=-}" "${r_depth:=-}" "${r_mem:=-}"
+    if [ "$rc" -eq 124 ]; then
+        r_error="time limit (${time_limit}s)"
+        return
+    fi
+    if grep -qiE "out of memory|memory limit|max search depth too small" "$out"; then
+        r_error=$(grep -m1 -iE "out of memory|memory limit|max search depth too small" "$out")
+        return
+    fi
+    if [ -z "$errors" ]; then
+        r_error="pan exited $rc without a summary"
+        return
+    fi
+    if [ "$errors" -gt 0 ]; then
+        r_status=error
+        r_error=$(grep -m1 '^pan:1: ' "$out" | sed 's/^pan:1: //; s/ (at depth.*//' |
+            cut -c1-60)
+        [ -n "$r_error" ] || r_error="$errors error(s)"
+        if [ -n "$keep" ]; then
+            # shellcheck disable=SC2086
+            (cd "$dir" && spin -t -p -g -l $defs "$model" >trail.txt 2>&1 </dev/null)
+        fi
+        return
+    fi
+    # A search that reached the depth bound did not cover the state space
+    # (SPIN 6.5 does not always say so, e.g. with -f on a deadlock).
+    if [ -n "$r_depth" ] && [ "$r_depth" != "-" ] &&
+        [ "$r_depth" -ge $((maxdepth - 1)) ]; then
+        r_error="depth bound ($maxdepth) reached: search truncated"
+        return
+    fi
+    r_status=pass
+}
+
+row() {
+    printf '%-40s %-10s %10s %11s %6s %8s %7s  %s\n' "$@"
+}
+
+header() {
+    echo
+    echo "== $1"
+    row check result states transitions depth "mem(MB)" "time(s)" "error found"
+}
+
+selected() {
+    [ -z "$pattern" ] || grep -qE -- "$pattern" <<<"$1"
+}
+
+# check NAME MODEL MODE "DEFS" [CLAIM]: a check of a real model (must pass)
+check() {
+    local name=$1
+    selected "$name" || return 0
+    run_pan "$@"
+    local verdict=FAIL
+    if [ "$r_status" = pass ]; then
+        verdict=ok
+        real_pass=$((real_pass + 1))
+    else
+        real_fail=$((real_fail + 1))
+        failed_checks+=("$name")
+        [ "$r_status" = incomplete ] && verdict=INCOMPLETE
+    fi
+    row "$name" "$verdict" "$r_states" "$r_trans" "$r_depth" "$r_mem" "$r_time" "$r_error"
+}
+
+# mutation NAME MODEL "BUGDEFS", then lines SUFFIX|MODE|DEFS|CLAIM on
+# stdin; the mutation is caught if any of its runs finds an error.
+mut_caught=0
+mut_missed=0
+missed_mutations=()
+mutation() {
+    local mname=$1 model=$2 bug=$3
+    local any=0 ran=0 catchers=()
+    local suffix mode defs claim
+    while IFS='|' read -r suffix mode defs claim; do
+        [ -n "$suffix" ] || continue
+        local name="$mname/$suffix"
+        selected "$name" || continue
+        ran=1
+        run_pan "$name" "$model" "$mode" "$bug $defs" "$claim"
+        local verdict
+        case $r_status in
+        error) verdict=caught; any=1; catchers+=("$suffix") ;;
+        pass) verdict="-" ;;
+        *) verdict=INCOMPLETE ;;
+        esac
+        row "$name" "$verdict" "$r_states" "$r_trans" "$r_depth" "$r_mem" "$r_time" "$r_error"
+    done
+    [ "$ran" -eq 1 ] || return 0
+    if [ "$any" -eq 1 ]; then
+        mut_caught=$((mut_caught + 1))
+        echo "   => $mname caught by: ${catchers[*]}"
+    else
+        mut_missed=$((mut_missed + 1))
+        missed_mutations+=("$mname")
+        echo "   => $mname NOT CAUGHT"
+    fi
+}
+
+echo "spin: $(spin -V 2>&1 | head -1); gcc $(gcc -dumpfullversion)"
+echo "bounds per run: ${time_limit}s, ${memlim} MB, depth $maxdepth"
+
+# ---- the real models ---------------------------------------------------------
+# W = workers, T = tasks (task 2 is a loop task), MAXT = last clock tick,
+# SPUR = spurious wake-ups. Defaults: W2 T3 MAXT2 SPUR1, 2 cancel/re-arms,
+# 1 compaction, task 0's callback waits for task 1 (DEPEND).
+
+header "leader.pml: safety (invariants, quiescence, invalid end states)"
+check leader/safety-w2t3 leader.pml safety ""
+check leader/safety-w3t3 leader.pml safety "-DNW=3"
+check leader/safety-w3t2 leader.pml safety "-DNW=3 -DNT=2"
+check leader/safety-w2t3-customclock leader.pml safety "-DCUSTOM_CLOCK"
+check leader/safety-w3t2-customclock leader.pml safety "-DNW=3 -DNT=2 -DCUSTOM_CLOCK"
+check leader/safety-w2t3-retain leader.pml safety "-DRETAIN_CANCELLED"
+check leader/safety-w2t3-nolooptask leader.pml safety "-DLOOPTASK=0"
+check leader/safety-w2t3-maxt3-spur2 leader.pml safety "-DMAXT=3 -DSPUR=2"
+check leader/safety-w2t3-nodepend leader.pml safety "-DDEPEND=0"
+
+header "leader.pml: liveness (LTL, acceptance cycles, weak fairness)"
+for claim in all_done due_taken no_idle_while_due; do
+    check "leader/ltl-$claim-w2t3" leader.pml ltlf "" "$claim"
+done
+for claim in all_done due_taken no_idle_while_due; do
+    check "leader/ltl-$claim-w3t2" leader.pml ltlf "-DNW=3 -DNT=2" "$claim"
+done
+for claim in all_done due_taken no_idle_while_due; do
+    check "leader/ltl-$claim-w2t3-customclock" leader.pml ltlf "-DCUSTOM_CLOCK" "$claim"
+done
+check leader/ltl-all_done-w3t2-retain leader.pml ltlf "-DNW=3 -DNT=2 -DRETAIN_CANCELLED" all_done
+check leader/np-w2t3 leader.pml np ""
+
+header "binding.pml: safety (invariants, quiescence, invalid end states)"
+check binding/safety binding.pml safety ""
+check binding/safety-batch1 binding.pml safety "-DBATCH=1 -DNPOST=3"
+check binding/safety-large binding.pml safety \
+    "-DNPOST=3 -DSELFPOST=2 -DNCANCEL=2 -DSPURDISP=2"
+check binding/safety-close binding.pml safety "-DCLOSE=1"
+
+header "binding.pml: liveness (LTL, acceptance cycles, weak fairness)"
+for claim in drained quiet; do
+    check "binding/ltl-$claim" binding.pml ltlf "" "$claim"
+    check "binding/ltl-$claim-large" binding.pml ltlf \
+        "-DNPOST=3 -DSELFPOST=2 -DNCANCEL=2 -DSPURDISP=2" "$claim"
+done
+check binding/np binding.pml np ""
+
+header "batch.pml: safety (exactness, quiescence, invalid end states)"
+check batch/safety batch.pml safety ""
+check batch/safety-nops3 batch.pml safety "-DNOPS=3"
+check batch/safety-nt1-nops3 batch.pml safety "-DNT=1 -DNOPS=3"
+check batch/safety-no-shutdown-now batch.pml safety "-DSHUTDOWN_NOW=0"
+
+# ---- mutations -----------------------------------------------------------------
+# Each mutation runs: the safety check with every invariant; the quiescence
+# check alone (NO_INVARIANTS); each LTL property alone (NO_INVARIANTS,
+# NO_WATCHDOG). The LTL runs of mutations use no fairness: their state
+# graphs have no cycles besides the final stutter (the np checks above),
+# and SPIN 6.5.2 with -f does not report a claim stuttering in a deadlock.
+
+leader_mutation_runs() {
+    local clk tag
+    for clk in "" -DCUSTOM_CLOCK; do
+        tag=${clk:+-customclock}
+        echo "safety$tag|safety|$clk|"
+        echo "quiescence$tag|safety|-DNO_INVARIANTS $clk|"
+        for claim in all_done due_taken no_idle_while_due; do
+            echo "ltl-$claim$tag|ltl|-DNO_INVARIANTS -DNO_WATCHDOG $clk|$claim"
+        done
+    done
+}
+
+for bug in BUG_NO_HANDOVER BUG_SIGNAL_FOLLOWER_ONLY BUG_WAIT_WITHOUT_RECHECK; do
+    selected "$bug/" || continue
+    header "mutation $bug (leader.pml)"
+    mutation "$bug" leader.pml "-D$bug" < <(leader_mutation_runs)
+done
+
+for bug in BUG_CLEAR_SIGNALLED_BEFORE_EMPTY BUG_DRAIN_UNLOCKED BUG_EDGE_TRIGGERED; do
+    selected "$bug/" || continue
+    header "mutation $bug (binding.pml)"
+    mutation "$bug" binding.pml "-D$bug" <<'EOF'
+safety|safety||
+quiescence|safety|-DNO_INVARIANTS|
+ltl-drained|ltl|-DNO_INVARIANTS -DNO_WATCHDOG|drained
+ltl-quiet|ltl|-DNO_INVARIANTS -DNO_WATCHDOG|quiet
+EOF
+done
+
+for bug in BUG_START_WITHOUT_CAS BUG_STOLEN_IGNORES_RUN_STATE; do
+    selected "$bug/" || continue
+    header "mutation $bug (batch.pml)"
+    mutation "$bug" batch.pml "-D$bug" <<'EOF'
+safety|safety||
+safety-nops3|safety|-DNOPS=3|
+EOF
+done
+
+echo
+echo "real model: $real_pass checks passed, $real_fail failed${failed_checks[*]:+ (${failed_checks[*]})}"
+echo "mutations: $mut_caught caught, $mut_missed missed${missed_mutations[*]:+ (${missed_mutations[*]})}"
+[ -n "$keep" ] && echo "runs kept in $work"
+echo "spin: $((real_pass + mut_caught)) passed, $((real_fail + mut_missed)) failed"
+[ "$real_fail" -eq 0 ] && [ "$mut_missed" -eq 0 ]
