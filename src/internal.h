@@ -60,6 +60,10 @@ enum {
     CHIME_TF_LAZY = 1u << 2,   /* cancelled with remove_on_cancel on: out
                                   of the queue as far as anyone can see,
                                   physically removed later (heap.lazy) */
+    CHIME_TF_DEFER = 1u << 3,  /* one-shot re-armed later: its real
+                                  deadline is defer_deadline, its slot
+                                  still has the earlier one until it
+                                  reaches the head */
 };
 
 /* Internal states beyond chime_task_state, all reported as PENDING and
@@ -100,8 +104,9 @@ struct chime_task {
                                 has completed unless it holds a pool
                                 reference (the pool may be gone) */
     union {
-        int64_t period; /* periodic kinds: immutable */
-        void *result;   /* one-shot: set when it completes DONE */
+        int64_t period;         /* periodic kinds: immutable */
+        void *result;           /* one-shot: set when it completes DONE */
+        int64_t defer_deadline; /* one-shot, queued with CHIME_TF_DEFER */
     };
     union {
         struct {
@@ -191,6 +196,14 @@ void chime__task_init(struct chime_task *t, struct chime_pool *pool,
 void chime__task_drop_pool_ref(struct chime_task *t);
 /* Returns a task nobody holds to its pool's slab. No lock held. */
 void chime__task_free(struct chime_task *t);
+/* The deadline of a queued task (its slot's, or the deferred one). */
+static inline int64_t
+chime__queued_deadline(const chime_heap *h, const struct chime_task *t)
+{
+    return (t->flags & CHIME_TF_DEFER) ? t->defer_deadline
+                                       : chime__heap_deadline(h, t);
+}
+
 /* The binding of a loop task, or NULL. pool->mu held. */
 struct chime_loop *chime__task_loop(const struct chime_task *t);
 

@@ -419,8 +419,18 @@ take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
                 break;
             goto idle;
         }
-        if (chime__state_is_final(chime__task_state(t))) {
-            /* Cancelled while retained (remove_on_cancel off): drop it. */
+        bool final = chime__state_is_final(chime__task_state(t));
+        if ((t->flags & CHIME_TF_DEFER) && !(t->flags & CHIME_TF_LAZY)) {
+            /* A re-armed task's old slot reached the head: move it to its
+             * real deadline (its sequence number is the re-arm's). A
+             * retained cancelled one too: it stays queued until then. */
+            t->flags &= (uint8_t)~CHIME_TF_DEFER;
+            chime__heap_update(&p->heap, t, t->defer_deadline);
+            continue;
+        }
+        if (final) {
+            /* Cancelled: lazily removed, or retained (remove_on_cancel off)
+             * until this, its deadline. */
             chime__heap_pop(&p->heap, NULL);
             chime__drop_locked(t, &w->garbage);
             continue;
@@ -772,6 +782,14 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
         /* Only a full queue has an oldest task to give up; the caller
          * retries the push after this returns 1. */
         if (reason == -EAGAIN && p->heap.len > 0) {
+            struct chime_task *head = chime__heap_peek(&p->heap);
+            if (head->flags & CHIME_TF_DEFER) {
+                /* Not the nearest after all: move it, look again. */
+                head->flags &= (uint8_t)~CHIME_TF_DEFER;
+                chime__heap_update(&p->heap, head, head->defer_deadline);
+                pthread_mutex_unlock(&p->mu);
+                return 1;
+            }
             struct chime_task *victim = chime__heap_pop(&p->heap, NULL);
             if (!chime__state_is_final(chime__task_state(victim)))
                 chime__complete_locked(p, victim, CHIME_TASK_REJECTED,
@@ -964,6 +982,8 @@ drop_at_shutdown(struct chime_task *t, int64_t deadline, void *arg)
     struct shutdown_ctx *c = arg;
     if (chime__state_is_final(chime__task_state(t)))
         return 1;
+    if (t->flags & CHIME_TF_DEFER)
+        deadline = t->defer_deadline;
     return !can_run_locked(c->p, t, deadline, c->now);
 }
 

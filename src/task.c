@@ -241,7 +241,7 @@ chime_task_remaining(chime_task *t)
         if (st == CHIME_TASK_RUNNING) {
             d = t->run_deadline; /* or its re-arm target */
         } else if (t->flags & CHIME_TF_INHEAP) {
-            d = chime__heap_deadline(&p->heap, t);
+            d = chime__queued_deadline(&p->heap, t);
         } else if (l != NULL) {
             /* In its binding's ready ring or a dispatch's batch. */
             d = INT64_MIN;
@@ -445,6 +445,7 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
     struct chime_pool *p = t->pool;
     if (chime__forked(p->fork_gen))
         return -ECHILD;
+    struct chime_task *garbage = NULL;
     int rc = 0;
     pthread_mutex_lock(&p->mu);
     if (chime__state_is_final(chime__task_state(t))) {
@@ -481,21 +482,31 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
             (rc = chime__heap_reserve(&p->heap)) == 0) {
             if (st == CHIME_TASK_READY)
                 chime__loop_unqueue_locked(l, t);
-            atomic_store_explicit(&t->state, CHIME_TASK_PENDING,
-                                  memory_order_release);
-            t->seq = p->next_seq++;
-            chime__heap_push(&p->heap, t, d); /* cannot fail: reserved */
-            if (t->heap_index == 0)
-                chime__new_head_locked(p);
+            /* Back into the heap (cannot fail: reserved), or cancelled if
+             * the run state or a closed binding no longer allows it. */
+            chime__requeue_locked(p, t, d, &garbage);
         }
     } else {
         CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
         /* A fresh sequence number: the re-armed task queues behind tasks
          * already due at the same instant, as a new submission would. */
         t->seq = p->next_seq++;
-        chime__heap_update(&p->heap, t, d);
-        if (t->heap_index == 0)
-            chime__new_head_locked(p);
+        int64_t slot = chime__heap_deadline(&p->heap, t);
+        if (d > slot && chime__task_kind(t) == CHIME_KIND_ONESHOT) {
+            /* Later: the connection-timeout reset. Keep the slot where it
+             * is (the new sequence number only re-checks it against its
+             * children: one cache line) and remember the real deadline;
+             * the task moves when its old slot reaches the head. O(1)
+             * instead of a sift to the bottom of the heap. */
+            t->defer_deadline = d;
+            t->flags |= CHIME_TF_DEFER;
+            chime__heap_update(&p->heap, t, slot);
+        } else {
+            t->flags &= (uint8_t)~CHIME_TF_DEFER;
+            chime__heap_update(&p->heap, t, d);
+            if (t->heap_index == 0)
+                chime__new_head_locked(p);
+        }
     }
     /* A loop task taken back into the heap may be the only work of a pool
      * that has no worker now (posts start none; a zero-core pool's worker
@@ -505,6 +516,7 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
     if (l)
         pthread_mutex_unlock(&l->mu);
     pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
     if (need)
         chime__spawn(p);
     return rc;

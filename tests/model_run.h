@@ -526,7 +526,7 @@ m_check_queue(m_rig *r)
             continue;
         dup += where[a->id] != 0;
         where[a->id] = chime_task_is_done(t) ? 'g' : 'l';
-        due[a->id] = p->heap.slots[i].deadline;
+        due[a->id] = chime__queued_deadline(&p->heap, t);
         nlive += where[a->id] == 'l';
     }
     pthread_mutex_unlock(&p->mu);
