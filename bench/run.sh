@@ -1,0 +1,291 @@
+#!/usr/bin/env bash
+# chime benchmarks: W1-W5 of ../shared/bench/WORKLOADS.md for chime and
+# its peers, interleaved (A B C A B C ...), in one run.
+#
+# Usage: bash bench/run.sh [options]
+#   --runs N        runs per system and workload (default 3)
+#   --quick         tiny sizes, results in bench/results/quick/, no plots in
+#                   docs/ (the CI smoke test: bench/smoke.sh)
+#   --only LIST     comma-separated workloads to run (w1,w2,w3,w4,w5,scaling)
+#   --no-install    do not try to install missing Debian packages
+#   --wait-quiet[=S] before each measurement, wait (up to S seconds,
+#                   default 30) until the machine's CPUs are at least 90%
+#                   idle over half a second: on a shared machine this keeps
+#                   other jobs out of the figures (the busy percentage seen
+#                   before each run is recorded in the CSV either way)
+#
+# What it does:
+#   1. installs missing Debian packages with apt (sudo if not root);
+#   2. builds bench/ (its own CMake project, chime compiled from src/ at
+#      -O2) into bench/build/ and the Java peers into bench/build/java/;
+#   3. runs every workload for every system, round-robin, N runs each;
+#      each program checks its invariants and a broken one stops the run;
+#   4. writes raw results (bench/results/results.csv: workload, size,
+#      system, run, metric, value), prints the table (also in
+#      bench/results/table.md) with median, min, max and chime's ratio to
+#      each peer, and the scaling table (bench/results/scaling.md);
+#   5. draws docs/bench-w3-lateness.png and docs/bench-w2-scaling.png with
+#      gnuplot.
+# Dependencies: bash, awk, coreutils, cmake, a C compiler, JDK 17,
+# libevent, libuv, Netty (libnetty-java), gnuplot. No python.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$HERE")
+BUILD=${CHIME_BENCH_BUILD:-$HERE/build}
+NETTY_JAR=/usr/share/java/netty-common.jar
+
+runs=3
+quick=0
+only="w1,w2,w3,w4,w5,scaling"
+install=1
+wait_quiet=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --runs=*) runs=${1#--runs=}; shift ;;
+    --quick) quick=1; shift ;;
+    --only) only=$2; shift 2 ;;
+    --only=*) only=${1#--only=}; shift ;;
+    --no-install) install=0; shift ;;
+    --wait-quiet) wait_quiet=30; shift ;;
+    --wait-quiet=*) wait_quiet=${1#--wait-quiet=}; shift ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown option $1" >&2; exit 1 ;;
+    esac
+done
+case "$runs" in ''|*[!0-9]*|0) echo "run.sh: --runs needs N >= 1" >&2; exit 1 ;; esac
+
+if [ "$quick" = 1 ]; then
+    OUT=$HERE/results/quick
+    PLOTS=$OUT
+else
+    OUT=$HERE/results
+    PLOTS=$ROOT/docs
+fi
+mkdir -p "$OUT"
+CSV=$OUT/results.csv
+LOGDIR=$OUT/logs
+rm -rf "$LOGDIR"
+mkdir -p "$LOGDIR"
+
+wants() { case ",$only," in *",$1,"*) return 0 ;; esac; return 1; }
+
+# ---- 1. packages -----------------------------------------------------------
+install_packages() {
+    local pkgs=(gcc libc6-dev make cmake pkg-config libevent-dev libuv1-dev
+                libnetty-java gnuplot-nox)
+    local missing=() p st
+    for p in "${pkgs[@]}"; do
+        st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+        [ "$st" = installed ] || missing+=("$p")
+    done
+    # Any JDK 17 will do; Debian 12's default-jdk-headless is 17.
+    if ! javac -version 2>&1 | grep -q ' 17\.'; then
+        missing+=(openjdk-17-jdk-headless)
+    fi
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "run.sh: missing ${missing[*]} and no apt-get" >&2
+        exit 1
+    fi
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || {
+            echo "run.sh: need root or sudo to install ${missing[*]}" >&2
+            exit 1
+        }
+        sudo=(sudo)
+    fi
+    echo "run.sh: installing ${missing[*]}"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+}
+[ "$install" = 1 ] && install_packages
+
+# ---- 2. build ---------------------------------------------------------------
+echo "run.sh: building into $BUILD"
+cmake -S "$HERE" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >"$LOGDIR/cmake.log" 2>&1 ||
+    { cat "$LOGDIR/cmake.log" >&2; exit 1; }
+cmake --build "$BUILD" -j"$(nproc)" >>"$LOGDIR/cmake.log" 2>&1 ||
+    { cat "$LOGDIR/cmake.log" >&2; exit 1; }
+mkdir -p "$BUILD/java"
+javac -nowarn -d "$BUILD/java" -cp "$NETTY_JAR" \
+    "$HERE/java/Stpe.java" "$HERE/java/Wheel.java"
+JAVA=(java -cp "$BUILD/java:$NETTY_JAR")
+
+# ---- machine ----------------------------------------------------------------
+{
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "cpus: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+    echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+    echo "kernel: $(uname -sr)"
+    echo "os: $(. /etc/os-release && echo "$PRETTY_NAME")"
+    echo "chime: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+        git -C "$ROOT" status --porcelain -- src include integrations 2>/dev/null |
+            grep -q . && echo ' + uncommitted changes in src/ include/ integrations/')"
+    echo "cc: $(cc --version | head -1)"
+    echo "java: $(java -version 2>&1 | sed -n 2p)"
+    echo "libevent: $(pkg-config --modversion libevent_core)"
+    echo "libuv: $(pkg-config --modversion libuv)"
+    echo "netty: $(dpkg-query -W -f='${Version}' libnetty-java 2>/dev/null || echo unknown)"
+    echo "command: bash bench/run.sh --runs $runs$([ "$quick" = 1 ] && echo ' --quick')"
+} >"$OUT/machine.txt"
+cat "$OUT/machine.txt"
+echo "run.sh: load average now: $(cut -d' ' -f1-3 /proc/loadavg) (the figures" \
+    "assume an otherwise idle machine)"
+
+# ---- sizes ------------------------------------------------------------------
+if [ "$quick" = 1 ]; then
+    W1_N=20000
+    W2_L=1000; W2_R=20000
+    W3_TASKS=100
+    W3="warm_ms=100 measure_ms=300"
+    W4_P=20000
+    W5_M=20000
+    SWEEP_L="10000:20000"
+    SWEEP_P="1000"
+else
+    W1_N=1000000
+    W2_L=100000; W2_R=1000000
+    W3_TASKS=1000
+    W3="period_ms=10 warm_ms=1000 measure_ms=5000"
+    W4_P=1000000
+    W5_M=1000000
+    # live set : rounds. 100k is the main W2 run; 1M uses fewer rounds.
+    SWEEP_L="1000:1000000 10000:1000000 1000000:300000"
+    SWEEP_P="1000 10000 100000"
+fi
+
+# ---- 3. runs ----------------------------------------------------------------
+# Percentage of all CPUs busy (not idle, not iowait) over half a second.
+cpu_busy() {
+    local a b
+    a=$(head -1 /proc/stat)
+    sleep 0.5
+    b=$(head -1 /proc/stat)
+    awk -v a="$a" -v b="$b" 'BEGIN {
+        n = split(a, x, " "); split(b, y, " ")
+        for (i = 2; i <= n; i++) { d = y[i] - x[i]; tot += d; if (i == 5 || i == 6) idle += d }
+        printf "%d\n", (tot > 0 ? 100 * (tot - idle) / tot + 0.5 : 0) }'
+}
+
+# run_one WORKLOAD SIZE SYSTEM RUN -- command...
+# Runs one measurement, appends its RESULT lines to the CSV, and stops the
+# whole harness if the program fails (a broken invariant exits 2).
+echo "workload,size,system,run,metric,value" >"$CSV"
+run_one() {
+    local w=$1 size=$2 sys=$3 run=$4
+    shift 5
+    local log="$LOGDIR/$w-$size-$sys-$run"
+    printf 'run.sh: %-3s size %-8s %-18s run %s ... ' "$w" "$size" "$sys" "$run"
+    local t0=$SECONDS load busy waited=0
+    busy=$(cpu_busy)
+    if [ "$wait_quiet" -gt 0 ]; then
+        while [ "$busy" -gt 10 ] && [ $waited -lt "$wait_quiet" ]; do
+            sleep 2
+            waited=$((waited + 2))
+            busy=$(cpu_busy)
+        done
+    fi
+    # What else ran just before: the 1-minute load average and the busy
+    # percentage of all CPUs over the last half second.
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    if ! timeout 600 "$@" >"$log.out" 2>"$log.err"; then
+        echo "FAILED"
+        echo "run.sh: $* failed:" >&2
+        cat "$log.err" "$log.out" >&2
+        exit 1
+    fi
+    if ! grep -q '^RESULT ' "$log.out"; then
+        echo "FAILED (no RESULT line)"
+        cat "$log.err" >&2
+        exit 1
+    fi
+    awk -v w="$w" -v size="$size" -v run="$run" -v sys="$sys" \
+        '$1 == "RESULT" { printf "%s,%s,%s,%s,%s,%s\n", w, size, sys, run, $4, $5 }' \
+        "$log.out" >>"$CSV"
+    echo "$w,$size,$sys,$run,loadavg1,$load" >>"$CSV"
+    echo "$w,$size,$sys,$run,busy_before_pct,$busy" >>"$CSV"
+    echo "ok ($((SECONDS - t0)) s; before: load $load, CPUs ${busy}% busy)"
+}
+
+# system_cmd SYSTEM WORKLOAD -> the command line (array SYSCMD)
+system_cmd() {
+    local sys=$1 w=$2
+    case "$sys" in
+    chime) SYSCMD=("$BUILD/w_chime" "$w") ;;
+    chime-rearm) SYSCMD=("$BUILD/w_chime" "$w" mode=rearm) ;;
+    chime-post) SYSCMD=("$BUILD/w_chime" "$w" mode=post) ;;
+    chime-sched0) SYSCMD=("$BUILD/w_chime" "$w" mode=sched) ;;
+    stpe) SYSCMD=("${JAVA[@]}" Stpe "$w") ;;
+    netty) SYSCMD=("${JAVA[@]}" Wheel "$w") ;;
+    libevent-fresh) SYSCMD=("$BUILD/w_libevent" "$w" mode=fresh) ;;
+    libevent-prealloc) SYSCMD=("$BUILD/w_libevent" "$w" mode=prealloc) ;;
+    libevent-common) SYSCMD=("$BUILD/w_libevent" "$w" mode=common) ;;
+    libevent) SYSCMD=("$BUILD/w_libevent" "$w" mode=heap) ;;
+    libevent-once) SYSCMD=("$BUILD/w_libevent" "$w" mode=once) ;;
+    libevent-active) SYSCMD=("$BUILD/w_libevent" "$w" mode=active) ;;
+    libuv-async) SYSCMD=("$BUILD/w_libuv" "$w") ;;
+    os-floor) SYSCMD=("$BUILD/w_floor" "$w") ;;
+    # Diagnostics for W3: timer slack 1 ns (prctl) on chime's workers (set
+    # from the on_thread_start hook) and on the floor's thread.
+    chime-slack) SYSCMD=("$BUILD/w_chime" "$w" slack_ns=1) ;;
+    os-floor-slack) SYSCMD=("$BUILD/w_floor" "$w" slack_ns=1) ;;
+    *) echo "run.sh: unknown system $sys" >&2; exit 1 ;;
+    esac
+}
+
+SYS_W1="chime stpe"
+SYS_W2="chime chime-rearm stpe netty libevent-fresh libevent-prealloc libevent-common"
+SYS_W3="chime stpe os-floor chime-slack os-floor-slack"
+SYS_W4="chime stpe netty libevent libevent-common"
+SYS_W5="chime-post chime-sched0 libevent-once libevent-active libuv-async"
+
+# interleave WORKLOAD SIZE "SYSTEMS" args...: runs 1..N, each system once
+# per run, in the same order.
+interleave() {
+    local w=$1 size=$2 systems=$3 run sys
+    shift 3
+    for run in $(seq 1 "$runs"); do
+        for sys in $systems; do
+            system_cmd "$sys" "$w"
+            local extra=()
+            [ "$w" = w3 ] && extra=(dump="$OUT/w3-$sys-$run.cdf")
+            run_one "$w" "$size" "$sys" "$run" -- "${SYSCMD[@]}" "$@" "${extra[@]}"
+        done
+    done
+}
+
+start=$SECONDS
+if wants w1; then interleave w1 "$W1_N" "$SYS_W1" N=$W1_N; fi
+if wants w2; then
+    interleave w2 "$W2_L" "$SYS_W2" L=$W2_L R=$W2_R
+fi
+if wants w3; then interleave w3 "$W3_TASKS" "$SYS_W3" tasks=$W3_TASKS $W3; fi
+if wants w4; then interleave w4 "$W4_P" "$SYS_W4" P=$W4_P; fi
+if wants w5; then interleave w5 "$W5_M" "$SYS_W5" M=$W5_M; fi
+if wants scaling; then
+    for lr in $SWEEP_L; do
+        interleave w2 "${lr%%:*}" "$SYS_W2" L="${lr%%:*}" R="${lr##*:}"
+    done
+    for p in $SWEEP_P; do
+        interleave w4 "$p" "$SYS_W4" P="$p"
+    done
+fi
+echo "run.sh: measurements took $((SECONDS - start)) s"
+
+# ---- 4. tables ----------------------------------------------------------------
+# Sizes of the main table, per workload.
+MAIN_SIZES="w1=$W1_N w2=$W2_L w3=$W3_TASKS w4=$W4_P w5=$W5_M"
+bash "$HERE/tables.sh" "$CSV" "$MAIN_SIZES" "$OUT"
+
+# ---- 5. plots ---------------------------------------------------------------
+if wants w3 || wants scaling; then
+    bash "$HERE/plots.sh" "$OUT" "$PLOTS" "$W2_L" || {
+        echo "run.sh: plotting failed" >&2
+        exit 1
+    }
+fi
+echo "run.sh: raw results in $CSV"

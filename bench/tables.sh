@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# Aggregates bench/results/results.csv (workload,size,system,run,metric,
+# value) into the tables run.sh prints. Pure awk, no python.
+#
+# Usage: bash bench/tables.sh RESULTS.CSV "w1=N w2=L w3=1000 w4=P w5=M" OUTDIR
+# Writes OUTDIR/table.md (main table + goals), OUTDIR/scaling.md,
+# OUTDIR/w2-scaling.dat, OUTDIR/w4-scaling.dat (gnuplot data) and
+# OUTDIR/w3-median-runs.txt (which run of each system had the median p99:
+# the one plotted), and prints table.md and scaling.md.
+set -euo pipefail
+csv=$1
+main_sizes=$2
+out=$3
+mkdir -p "$out"
+
+awk -F, -v main_sizes="$main_sizes" -v out="$out" '
+function fmt(v) {
+    if (v == "") return "-"
+    if (v >= 1e6) return sprintf("%.2f M", v / 1e6)
+    if (v >= 1000) return sprintf("%.0f", v)
+    if (v >= 10) return sprintf("%.1f", v)
+    if (v >= 0.01) return sprintf("%.2f", v)
+    if (v == 0) return "0"
+    return sprintf("%.2g", v)
+}
+function lower_better(m) {
+    return m ~ /_us$/ || m ~ /^bytes/ || m ~ /^heap_bytes/ || m ~ /^ns_/ || m ~ /per_cb$/
+}
+function isort(a, n,    i, j, t) {
+    for (i = 2; i <= n; i++) {
+        t = a[i]
+        for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]
+        a[j + 1] = t
+    }
+}
+# Median, min and max of key k (w SUBSEP size SUBSEP sys SUBSEP metric).
+function stats(k,    n, v, i, a) {
+    n = cnt[k]
+    if (n == 0) { MED = MIN = MAX = ""; return 0 }
+    split(vals[k], v, " ")
+    for (i = 1; i <= n; i++) a[i] = v[i] + 0
+    isort(a, n)
+    MIN = a[1]; MAX = a[n]
+    MED = (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    return n
+}
+function med(w, size, sys, m) {
+    stats(w SUBSEP size SUBSEP sys SUBSEP m)
+    return MED
+}
+function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "" : a / b }
+function goal(name, fig, value, target, ok) {
+    printf "| %s | %s | %s | %s |\n", name, fig, target,
+        value == "" ? "not measured" : (ok ? "met" : "**not met**") >> tbl
+}
+
+NR == 1 { next }
+{
+    w = $1; size = $2; sys = $3; run = $4; m = $5; v = $6
+    k = w SUBSEP size SUBSEP sys SUBSEP m
+    vals[k] = vals[k] (cnt[k]++ ? " " : "") v
+    if (!((w SUBSEP sys) in seen_sys)) {
+        seen_sys[w SUBSEP sys] = 1
+        systems[w] = systems[w] (systems[w] == "" ? "" : " ") sys
+    }
+    if (!((w SUBSEP size) in seen_size)) {
+        seen_size[w SUBSEP size] = 1
+        sizes[w] = sizes[w] (sizes[w] == "" ? "" : " ") size
+    }
+    if (m == "loadavg1") { loads[++nload] = v + 0 }
+    if (m == "busy_before_pct") { busys[++nbusy] = v + 0 }
+    if (w == "w3" && m == "p99_us") {
+        p99run[sys] = p99run[sys] (p99run[sys] == "" ? "" : " ") v ":" run
+    }
+}
+END {
+    n = split(main_sizes, ms, " ")
+    for (i = 1; i <= n; i++) { split(ms[i], kv, "="); msize[kv[1]] = kv[2] }
+    metrics["w1"] = "tasks_per_s ns_per_schedule backlog_at_last_submit"
+    metrics["w2"] = "rounds_per_s ns_per_round"
+    metrics["w3"] = "p50_us p99_us p999_us max_us runs_per_s"
+    metrics["w4"] = "bytes_per_task ns_per_cancel ns_per_schedule heap_bytes_per_task"
+    metrics["w5"] = "callbacks_per_s writes_per_cb"
+
+    tbl = out "/table.md"
+    printf "" > tbl
+    print "| workload | metric | system | median | min | max | chime / peer (median) |" >> tbl
+    print "|---|---|---|---:|---:|---:|---|" >> tbl
+    for (wi = 1; wi <= 5; wi++) {
+        w = "w" wi
+        if (!(w in systems)) continue
+        size = msize[w]
+        nm = split(metrics[w], mm, " ")
+        ns = split(systems[w], ss, " ")
+        for (mi = 1; mi <= nm; mi++) {
+            m = mm[mi]
+            # chime variants measured for this metric
+            nc = 0
+            for (si = 1; si <= ns; si++)
+                if (ss[si] ~ /^chime/ && cnt[w SUBSEP size SUBSEP ss[si] SUBSEP m] > 0)
+                    chv[++nc] = ss[si]
+            for (si = 1; si <= ns; si++) {
+                sys = ss[si]
+                if (stats(w SUBSEP size SUBSEP sys SUBSEP m) == 0) continue
+                med_v = MED; min_v = MIN; max_v = MAX
+                r = ""
+                if (sys !~ /^chime/ && m !~ /^backlog/) {
+                    for (ci = 1; ci <= nc; ci++) {
+                        cr = ratio(med(w, size, chv[ci], m), med_v)
+                        if (cr == "") continue
+                        r = r (r == "" ? "" : ", ") (nc > 1 ? chv[ci] " " : "") sprintf("%.2f", cr)
+                    }
+                }
+                printf "| %s (%s) | %s%s | %s | %s | %s | %s | %s |\n", toupper(w), size, m,
+                    lower_better(m) ? " (lower is better)" : "", sys,
+                    fmt(med_v), fmt(min_v), fmt(max_v), r == "" ? "" : r >> tbl
+            }
+        }
+    }
+
+    # Goals of the issue, from the medians above.
+    print "" >> tbl
+    print "| goal | figure (medians) | target | status |" >> tbl
+    print "|---|---|---|---|" >> tbl
+    s = msize["w1"]
+    r = ratio(med("w1", s, "chime", "tasks_per_s"), med("w1", s, "stpe", "tasks_per_s"))
+    goal("W1", sprintf("chime / STPE tasks/s = %.2f", r), r, ">= 10", r >= 10)
+    s = msize["w2"]
+    c = med("w2", s, "chime", "rounds_per_s"); ra = med("w2", s, "chime-rearm", "rounds_per_s")
+    r = ratio(c, med("w2", s, "stpe", "rounds_per_s"))
+    goal("W2", sprintf("chime / STPE rounds/s = %.2f", r), r, ">= 4", r >= 4)
+    r = ratio(c, med("w2", s, "libevent-common", "rounds_per_s"))
+    goal("W2", sprintf("chime / libevent common-timeout = %.2f", r), r, ">= 1.5", r >= 1.5)
+    r = ratio(ra, med("w2", s, "stpe", "rounds_per_s"))
+    goal("W2", sprintf("chime re-arm / STPE = %.2f", r), r, ">= 4", r >= 4)
+    r = ratio(ra, med("w2", s, "libevent-common", "rounds_per_s"))
+    goal("W2", sprintf("chime re-arm / libevent common-timeout = %.2f", r), r, ">= 1.5", r >= 1.5)
+    r = ratio(ra, c)
+    goal("W2", sprintf("re-arm / cancel+schedule = %.2f", r), r, "> 1", r > 1)
+    s = msize["w3"]
+    split("p50_us p99_us p999_us", pp, " ")
+    for (pi = 1; pi <= 3; pi++) {
+        r = ratio(med("w3", s, "chime", pp[pi]), med("w3", s, "stpe", pp[pi]))
+        goal("W3", sprintf("chime / STPE %s = %.2f", pp[pi], r), r, "<= 0.5", r <= 0.5)
+    }
+    s = msize["w4"]
+    v = med("w4", s, "chime", "bytes_per_task")
+    goal("W4", sprintf("chime bytes per pending task = %.1f", v), v, "<= 64", v <= 64)
+    v = med("w4", s, "chime", "ns_per_cancel")
+    goal("W4", sprintf("chime ns per cancel = %.1f", v), v, "<= 50", v <= 50)
+    s = msize["w5"]
+    r = ratio(med("w5", s, "chime-post", "callbacks_per_s"), med("w5", s, "libuv-async", "callbacks_per_s"))
+    goal("W5", sprintf("chime post / libuv async callbacks/s = %.2f", r), r, ">= 2.5", r >= 2.5)
+    v = med("w5", s, "chime-post", "writes_per_cb")
+    goal("W5", sprintf("chime post eventfd writes per callback = %.2g", v), v, "<= 0.001", v != "" && v <= 0.001)
+    if (nload > 0) {
+        isort(loads, nload)
+        printf "\n1-minute load average before each run (%d runs): median %.2f, " \
+            "max %.2f (the harness itself adds up to ~2 on this machine).\n",
+            nload, loads[int((nload + 1) / 2)], loads[nload] >> tbl
+    }
+    if (nbusy > 0) {
+        isort(busys, nbusy)
+        for (i = 1; i <= nbusy; i++) if (busys[i] <= 10) quiet++
+        printf "CPUs busy in the half second before each run: median %d%%, " \
+            "max %d%%; %d of %d runs started on a quiet machine (<= 10%%).\n",
+            busys[int((nbusy + 1) / 2)], busys[nbusy], quiet, nbusy >> tbl
+    }
+    close(tbl)
+
+    # Scaling tables and gnuplot data: W2 and W4 against the live set.
+    sc = out "/scaling.md"
+    printf "" > sc
+    split("w2:ns_per_round w2:rounds_per_s w4:bytes_per_task w4:ns_per_cancel", specs, " ")
+    for (qi = 1; qi <= 4; qi++) {
+        split(specs[qi], wm, ":"); w = wm[1]; m = wm[2]
+        if (!(w in sizes)) continue
+        nz = split(sizes[w], zz, " ")
+        isort(zz, nz)
+        ns = split(systems[w], ss, " ")
+        hdr = "| " toupper(w) " " m " (median) |"; sep = "|---|"
+        for (zi = 1; zi <= nz; zi++) { hdr = hdr " " zz[zi] " |"; sep = sep "---:|" }
+        print "\n" hdr "\n" sep >> sc
+        dat = out "/" w "-scaling-" m ".dat"
+        printf "size" > dat
+        for (si = 1; si <= ns; si++) printf " %s", ss[si] > dat
+        printf "\n" > dat
+        for (si = 1; si <= ns; si++) {
+            line = "| " ss[si] " |"
+            for (zi = 1; zi <= nz; zi++) line = line " " fmt(med(w, zz[zi], ss[si], m)) " |"
+            print line >> sc
+        }
+        for (zi = 1; zi <= nz; zi++) {
+            printf "%s", zz[zi] > dat
+            for (si = 1; si <= ns; si++) {
+                v = med(w, zz[zi], ss[si], m)
+                printf " %s", v == "" ? "?" : v > dat
+            }
+            printf "\n" > dat
+        }
+        close(dat)
+    }
+    close(sc)
+
+    # The run with the median p99 for each W3 system (the one plotted).
+    mr = out "/w3-median-runs.txt"
+    printf "" > mr
+    for (sys in p99run) {
+        n = split(p99run[sys], pr, " ")
+        for (i = 1; i <= n; i++) { split(pr[i], q, ":"); pv[i] = q[1] + 0; prn[pv[i]] = q[2] }
+        isort(pv, n)
+        print sys, prn[pv[int((n + 1) / 2)]] >> mr
+        delete pv; delete prn
+    }
+    close(mr)
+}' "$csv"
+
+echo
+cat "$out/table.md"
+if [ -s "$out/scaling.md" ]; then
+    cat "$out/scaling.md"
+fi
