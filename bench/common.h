@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared helpers for the C workload programs (bench/w_*.c).
  *
  * Design notes

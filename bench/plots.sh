@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Draws the benchmark figures with gnuplot (Debian's gnuplot-nox).
 #
 # Usage: bash bench/plots.sh RESULTS_DIR PLOT_DIR MAIN_W2_L

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Profiles chime on one workload: where does its time go?
 #
 # Usage: bash bench/profile.sh WORKLOAD [key=value ...]

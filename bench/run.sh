@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # chime benchmarks: W1-W5 of ../shared/bench/WORKLOADS.md for chime and
 # its peers, interleaved (A B C A B C ...), in one run.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # CI smoke test for the benchmark harness: runs every workload for every
 # system once at tiny sizes (bench/run.sh --quick --runs 1), so a change
 # that breaks a workload program, an invariant or the aggregation fails

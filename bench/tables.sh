@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Aggregates bench/results/results.csv (workload,size,system,run,metric,
 # value) into the tables run.sh prints. Pure awk, no python.
 #

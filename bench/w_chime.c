@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* chime on the workloads of ../shared/bench/WORKLOADS.md (W1-W5).
  *
  * Usage: w_chime <w1|w2|w3|w4|w5> [key=value ...]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The machine's timer floor for W3: no scheduler at all.
  *
  * One thread walks the exact W3 schedule (the same 1,000 tasks, offsets

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libevent 2.1 on the workloads of ../shared/bench/WORKLOADS.md.
  *
  * Usage: w_libevent <w2|w4|w5> [key=value ...]

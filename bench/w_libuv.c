@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libuv on W5 (loop delivery): what a libuv user does to run work on the
  * loop thread from another thread. The producer mallocs a node, appends it
  * to a mutex-protected queue and calls uv_async_send(); the async callback

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Install-time step: installs a pkg-config file (chime.pc, chime-event.pc)
 # with its prefix= line set to the prefix being installed to (which
 # `cmake --install --prefix` may override).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cache_evict: a TTL + LRU cache owned by the event loop, with expired
  * entries found by a worker that never touches the cache.
  *

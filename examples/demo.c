@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* chime demo: a pool of two workers runs five timers for about 0.75 s.
  *
  *   once     one-shot at 100 ms

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* echo_idle: an echo server that closes connections idle for --idle-ms.
  *
  * What it shows

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* chime epoll_loop: a loop binding driven by a raw epoll loop, no libevent.
  *
  * The main thread is the event loop. It watches the binding's readiness fd

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* server_demo: an idle-timeout echo server under load, with periodic
  * maintenance on a worker. The main demo (scripts/demo.sh runs it).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer target: the input bytes are an operation sequence (pool
  * configuration, then operations; see tests/model_gen.h) run
  * against a one-worker pool on a virtual clock and against the reference

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Writes the seed corpus of fuzz/fuzz_ops into fuzz/corpus/.
 
 Each file is a short, meaningful operation sequence, encoded the way

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Writes docs/bad-input.md from the bad-input tests themselves: every BAD /
 # UNDOC / KNOWN check of tests/test_badinput.c and
 # tests/integrations/test_badinput_event.c records its row while it runs

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what is missing (scripts/deps.sh), builds chime with its libevent
 # binding (Release, in build/; or in $CHIME_BUILD_DIR) and runs the server
 # demo: an idle-timeout echo server under ~2,000 client connections for

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs the Debian packages chime's build, tests and demo need, if any
 # are missing. Idempotent and quick when everything is present.
 #

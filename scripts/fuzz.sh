@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds the libFuzzer target fuzz/fuzz_ops with clang (libFuzzer, ASan,
 # UBSan; assertions on) and runs it for a bounded time on a copy of the seed
 # corpus fuzz/corpus/ (the committed corpus never grows here).

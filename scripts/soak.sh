@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Soak test (not part of CI): builds chime in Release and runs the stress
 # program (tests/stress) in soak mode for N minutes: round after round, each
 # with a new pool and bindings, a random workload, a shutdown at a random

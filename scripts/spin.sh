@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Model-checks chime's wake-up protocols with SPIN (docs/model.md):
 #   docs/model/leader.pml   leader-follower take, offers, cancel / re-arm
 #   docs/model/binding.pml  a loop binding's signalled flag + eventfd

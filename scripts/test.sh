@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds chime three times and runs every test in each build:
 #   build-test  Debug, -Werror                    (unit, stress, example,
 #                                                  install)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs every unit test executable (and the libevent integration tests) under
 # valgrind: memcheck (leaks and memory errors) and helgrind (data races and
 # lock-order problems). Complements the ASan/TSan builds of scripts/test.sh:

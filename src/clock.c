@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Monotonic time and saturating deadline arithmetic.
  *
  * Deadlines are absolute int64 nanoseconds on the pool's clock. Adding a

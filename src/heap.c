@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Array 4-ary min-heap of tasks; see heap.h for the design notes. */
 #include "internal.h"
 

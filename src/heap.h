@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Internal: array 4-ary min-heap of tasks ordered by (deadline, seq).
  *
  * Design notes

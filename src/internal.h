@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Internal definitions shared by the chime sources. Not API. */
 #ifndef CHIME_INTERNAL_H
 #define CHIME_INTERNAL_H

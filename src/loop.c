@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Loop bindings: the ready queue, the eventfd readiness protocol, dispatch.
  *
  * Design notes

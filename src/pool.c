@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The worker pool: submission, the leader-follower take, shutdown.
  *
  * Design notes

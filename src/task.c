@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tasks: allocation, references, and the handle operations.
  *
  * Design notes

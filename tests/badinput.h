@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Bad-input matrix support: each check is one row of docs/bad-input.md.
  *
  *   BAD(fn, misuse, expr, want)     expr must equal the documented `want`

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A reference model of one chime pool: ONE worker, a virtual clock.
  *
  * Design notes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Operations from bytes: the byte source, the decoder that turns bytes into
  * a pool configuration and top-level steps (an operation, and for a new task
  * its script: the run that fails, the run whose callback does one more

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Runs a chime pool and the reference model (model.h) side by side on the
  * same operations, decoded from a byte stream, and reports the first
  * divergence. Shared by tests/test_model.c (bytes from a seeded PRNG) and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test support: latches, a manual clock, and condition waits.
  * Tests synchronise on these, never on sleep(). */
 #ifndef CHIME_TEST_SUPPORT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* API hygiene: bad input gets its documented error, thread options take
  * effect, error names exist, handles outlive their pool. */
 #define _GNU_SOURCE

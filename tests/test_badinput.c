@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Bad input matrix: every public function of chime.h against NULL and
  * out-of-range arguments, and calls made in the wrong state (after
  * shutdown, close or destroy, from the wrong thread, from a callback that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Basic execution, results, argument checks, ordering and timing
  * (java-parity B1-B22).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Cancellation, removal, periodic failure, re-arm, cooperative interrupt and
  * callbacks acting on their own pool (java-parity B27-B41).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The virtual clock: time-dependent behaviour made exact.
  *
  * A pool built with t_clock_options only sees time move when the test

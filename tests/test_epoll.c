@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A loop binding driven by a raw epoll loop on the test thread (no
  * libevent): loop callbacks run on the epoll thread only, the readiness fd
  * is readable exactly while work is ready, and batch_limit bounds one

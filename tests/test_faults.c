@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fault injection: allocation failure at every allocation site in turn,
  * thread-factory failure, and eventfd exhaustion.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The internal (deadline, seq) min-heap (src/heap.h), tested directly on
  * tasks built here: no pool, no threads.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Pool hooks: before_run, after_run, on_error, on_terminated,
  * on_thread_start, on_thread_stop (B57, B58).
  *

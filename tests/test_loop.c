@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Loop bindings (src/loop.c): callbacks on the loop thread, ordering,
  * readiness of the fd, batch limits, coalesced wake-ups, the cancel/re-arm
  * guarantee on the loop thread (also under a race with the workers), close,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Model-based test: random operation sequences on a one-worker pool with a
  * virtual clock, compared step by step with the reference model of
  * tests/model.h (run order and times, return codes, outcomes, remaining

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Extreme delays and deadline saturation (java-parity B23-B26).
  *
  * chime compares absolute deadlines that saturate at INT64_MAX, so an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Rejection policies, for both reasons: the pool is shut down (-ESHUTDOWN)
  * or options.max_pending tasks are queued (-EAGAIN). B65-B67, B75.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shutdown, shutdown_now, the shutdown policies, termination and destroy
  * (B61-B78). Rejection policies themselves are in test_reject.c.
  *

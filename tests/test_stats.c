@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Pool statistics (B42-B47), the thread factory, prestart and the thread
  * count (B48-B52), zero core threads (B53-B55), resubmission (B56), and the
  * leader-follower property: at most one worker ever waits with a timeout. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Linked into the test executables of TSan builds only.
  *
  * Criterion (through BoxFort, which Debian links into libcriterion) places

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // Java's ScheduledThreadPoolExecutor (JDK 17) on W1-W4 of
 // ../shared/bench/WORKLOADS.md. Compiled and run by bench/run.sh.
 //

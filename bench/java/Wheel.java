@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // Netty's HashedWheelTimer (Debian's libnetty-java, netty-common.jar) on
 // W2 and W4 of ../shared/bench/WORKLOADS.md. Compiled and run by
 // bench/run.sh.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* chime: schedule work in time for network servers.
  *
  * This header is the whole core API and its normative specification: every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* chime + libevent: run a binding's callbacks on an event_base's thread.
  *
  * Installed and built only with libevent (library chime::event, pkg-config

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* chime + libevent: a chime_loop watched by one persistent read event.
  *
  * Design notes

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Install test: installs chime from a build tree into a temporary prefix,
 # then builds and runs a small consumer against it twice, once through
 # find_package(chime) and once through pkg-config. When the libevent binding

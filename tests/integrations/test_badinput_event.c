@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Bad input matrix for include/chime/event.h (see tests/test_badinput.c and
  * tests/badinput.h): NULL arguments, a shut-down pool, detach from the
  * wrong thread while the base dispatches, destroy with an attached base. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The libevent binding with a real event_base, real loopback sockets and a
  * real clock: per-connection idle timers as loop tasks re-armed on every
  * read, and teardown (detach on the loop thread, event_base_free,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* chime stress test: rounds of random concurrent use of one pool and its
  * loop bindings, each ending in a shutdown at a random moment, destroy, and
  * a check of every invariant (see stress.h and stress_check.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The stress suite: shared definitions.
  *
  * Design notes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The stress suite's end-of-round invariants, checked after the pool was
  * destroyed (handles stay readable until released).
  *

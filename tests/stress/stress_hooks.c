@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The stress workload, part 1: task records and handles, the pool's hooks
  * (each checks the thread it runs on and what it is told), the reject
  * handler, the thread factory, and the round's designated shutdown. See

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The stress workload, part 4: loop threads. Each owns one binding: polls
  * its fd and dispatches only when it is readable (so a lost wake-up shows
  * as a task that never runs), checks the binding's counters and the

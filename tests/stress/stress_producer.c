@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The stress workload, part 3: producer threads. Each draws operations
  * at random: submit, cancel, re-arm, remove, wait, query, retain/release
  * or abandon a handle, and pool-wide calls (stats, threads, policies,

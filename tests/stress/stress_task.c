@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The stress workload, part 2: submissions and the one task callback
  * every task runs, which checks where and when it runs, may cancel,
  * re-arm or wait on itself, cancel a sibling on its loop thread, submit

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Uses an installed chime: schedules one task, waits for it, exits 0 if it
  * ran. Built both through find_package(chime) and through pkg-config. */
 #include <chime/chime.h>

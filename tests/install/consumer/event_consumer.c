@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Uses an installed chime-event: attaches a binding to an event_base, posts
  * one callback, runs the base until it ran, detaches, exits 0 if it ran on
  * the base's thread. Built both through find_package(chime COMPONENTS
