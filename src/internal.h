@@ -379,13 +379,38 @@ void chime__pool_ref(struct chime_pool *p);
 void chime__pool_unref(struct chime_pool *p);
 /* The task being run by this thread (its callback), or NULL. */
 struct chime_task *chime__current_task(void);
-struct chime_task *chime__set_current_task(struct chime_task *t);
+/* A frame of user code of a pool on this thread's stack (see pool.c). */
+enum {
+    CHIME_FRAME_TASK = 1u << 0,       /* a task callback and its hooks */
+    CHIME_FRAME_TERMINATED = 1u << 1, /* the on_terminated hook */
+    CHIME_FRAME_HOOK = 1u << 2,       /* on_reject, the thread factory */
+    CHIME_FRAME_ANY = 7u,
+};
+struct chime__frame {
+    struct chime_pool *pool;
+    unsigned kind;
+    struct chime__frame *up;
+};
+void chime__enter(struct chime__frame *f, struct chime_pool *p, unsigned kind);
+void chime__leave(struct chime__frame *f);
+/* Runs one execution of t on the calling thread, no lock held: before_run,
+ * the callback, after_run, on_error (the one sequence every path uses),
+ * with t as the thread's current task. Returns the callback's value; its
+ * result goes to *result. */
+int chime__invoke(struct chime_pool *p, struct chime_task *t, void **result);
 /* Settles a task whose callback just returned rc (lock held): completes it
  * or requeues it (periodic, re-armed). from_worker: the caller is a worker
  * that will look at the heap itself, so a new head needs no extra wake-up. */
 void chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
                           void *result, bool from_worker,
                           struct chime_task **garbage);
+/* Cancels t, a task of p that has not completed (pool->mu held, and its
+ * binding's mu for a loop task). queued_only: only if it has not started
+ * (in the heap, or due and waiting for its loop); returns -ENOENT, doing
+ * nothing, for a running task. Returns 0 when cancelled. */
+int chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
+                         unsigned flags, bool queued_only,
+                         struct chime_task **garbage);
 /* Submission shared by pool and loop entry points. */
 int chime__submit(struct chime_pool *p, struct chime_loop *loop,
                   chime_task_fn fn, void *arg, int kind, int64_t delay,

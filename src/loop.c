@@ -547,16 +547,8 @@ chime_loop_dispatch(chime_loop *l)
                 continue;
             }
             atomic_store_explicit(&l->current, t, memory_order_relaxed);
-            struct chime_task *prev = chime__set_current_task(t);
-            if (p->before_run)
-                p->before_run(p, t, 0, p->hook_ctx);
-            void *result = NULL;
-            int rc = t->fn(t, t->arg, &result);
-            if (p->after_run)
-                p->after_run(p, t, rc, p->hook_ctx);
-            if (rc != 0 && p->on_error)
-                p->on_error(p, t, rc, p->hook_ctx);
-            chime__set_current_task(prev);
+            void *result;
+            int rc = chime__invoke(p, t, &result);
             atomic_store_explicit(&l->current, NULL, memory_order_relaxed);
 
             if (settle_unlocked(t, rc, &freed)) {
@@ -642,6 +634,11 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
         pthread_mutex_lock(&p->mu);
         /* Termination may have looked while this post was counted. */
         chime__try_terminate_locked(p);
+        if (l->closed) {
+            /* A closed binding refuses before the pool's policy. */
+            pthread_mutex_unlock(&p->mu);
+            return -ESHUTDOWN;
+        }
         struct chime_task *t = chime__task_alloc_locked(p);
         if (t == NULL) {
             pthread_mutex_unlock(&p->mu);

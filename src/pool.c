@@ -45,8 +45,10 @@
 
 static _Thread_local struct chime_worker *tls_worker;
 static _Thread_local struct chime_task *tls_task;
-/* The pool whose on_terminated hook this thread is running. */
-static _Thread_local struct chime_pool *tls_terminating;
+/* The pools whose user code (a task callback and its hooks, on_terminated,
+ * on_reject, the thread factory) this thread is running now, innermost
+ * first: destroy and await_termination must not wait for themselves. */
+static _Thread_local struct chime__frame *tls_frames;
 
 /* In a forked child a pool's lock may be held by a thread that does not
  * exist there: every entry point that would take it answers first. */
@@ -58,12 +60,50 @@ chime__current_task(void)
     return tls_task;
 }
 
-struct chime_task *
-chime__set_current_task(struct chime_task *t)
+void
+chime__enter(struct chime__frame *f, struct chime_pool *p, unsigned kind)
 {
+    f->pool = p;
+    f->kind = kind;
+    f->up = tls_frames;
+    tls_frames = f;
+}
+
+void
+chime__leave(struct chime__frame *f)
+{
+    CHIME_ASSERT(tls_frames == f);
+    tls_frames = f->up;
+}
+
+/* Is this thread inside user code of p of one of these kinds? */
+static bool
+inside(const struct chime_pool *p, unsigned kinds)
+{
+    for (const struct chime__frame *f = tls_frames; f; f = f->up)
+        if (f->pool == p && (f->kind & kinds))
+            return true;
+    return false;
+}
+
+int
+chime__invoke(struct chime_pool *p, struct chime_task *t, void **result)
+{
+    struct chime__frame f;
+    chime__enter(&f, p, CHIME_FRAME_TASK);
     struct chime_task *prev = tls_task;
     tls_task = t;
-    return prev;
+    if (p->before_run)
+        p->before_run(p, t, 0, p->hook_ctx);
+    *result = NULL;
+    int rc = t->fn(t, t->arg, result);
+    if (p->after_run)
+        p->after_run(p, t, rc, p->hook_ctx);
+    if (rc != 0 && p->on_error)
+        p->on_error(p, t, rc, p->hook_ctx);
+    tls_task = prev;
+    chime__leave(&f);
+    return rc;
 }
 
 _Atomic unsigned chime__fork_gen;
@@ -239,10 +279,10 @@ chime__try_terminate_locked(struct chime_pool *p)
     p->run_state = CHIME_POOL_TIDYING;
     if (p->on_terminated) {
         pthread_mutex_unlock(&p->mu);
-        struct chime_pool *prev = tls_terminating;
-        tls_terminating = p;
+        struct chime__frame f;
+        chime__enter(&f, p, CHIME_FRAME_TERMINATED);
         p->on_terminated(p, p->hook_ctx);
-        tls_terminating = prev;
+        chime__leave(&f);
         pthread_mutex_lock(&p->mu);
     }
     p->run_state = CHIME_POOL_TERMINATED;
@@ -589,16 +629,8 @@ run_locked(struct chime_pool *p, struct chime_worker *w, struct chime_task *t,
     pthread_mutex_unlock(&p->mu);
 
     chime__free_garbage(g);
-    tls_task = t;
-    if (p->before_run)
-        p->before_run(p, t, 0, p->hook_ctx);
-    void *result = NULL;
-    int rc = t->fn(t, t->arg, &result);
-    if (p->after_run)
-        p->after_run(p, t, rc, p->hook_ctx);
-    if (rc != 0 && p->on_error)
-        p->on_error(p, t, rc, p->hook_ctx);
-    tls_task = NULL;
+    void *result;
+    int rc = chime__invoke(p, t, &result);
 
     pthread_mutex_lock(&p->mu);
     p->st.running--;
@@ -705,7 +737,10 @@ chime__spawn(struct chime_pool *p)
         pthread_t tid;
         chime_thread_create_fn create =
             p->create_thread ? p->create_thread : default_create;
+        struct chime__frame f;
+        chime__enter(&f, p, CHIME_FRAME_HOOK);
         rc = create(&tid, &attr, worker_main, w, p->hook_ctx);
+        chime__leave(&f);
         if (rc != 0) {
             pthread_mutex_lock(&p->mu);
             if (w->prev)
@@ -744,19 +779,17 @@ chime__need_worker_locked(struct chime_pool *p)
 
 /* ---- submission -------------------------------------------------------- */
 
-static int
+/* CHIME_REJECT_CALLER_RUNS: one execution on the submitting thread, with
+ * the same hooks and accounting as a run on a worker or a loop. */
+static void
 run_in_caller(struct chime_pool *p, struct chime_task *t)
 {
-    struct chime_task *prev = tls_task;
-    atomic_store(&t->state, CHIME_TASK_RUNNING);
-    tls_task = t;
-    void *result = NULL;
-    int rc = t->fn(t, t->arg, &result);
-    tls_task = prev;
-    if (rc != 0 && p->on_error)
-        p->on_error(p, t, rc, p->hook_ctx);
+    atomic_store_explicit(&t->state, CHIME_TASK_RUNNING, memory_order_release);
+    void *result;
+    int rc = chime__invoke(p, t, &result);
     struct chime_task *garbage = NULL;
     pthread_mutex_lock(&p->mu);
+    p->st.completed++;
     if (!chime__state_is_final(chime__task_state(t))) {
         if (rc != 0) {
             chime__complete_locked(p, t, CHIME_TASK_FAILED, rc);
@@ -770,7 +803,21 @@ run_in_caller(struct chime_pool *p, struct chime_task *t)
     chime__drop_locked(t, &garbage);
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(garbage);
-    return 0;
+}
+
+/* May the calling thread run t's callback itself? Any thread may run a pool
+ * task; a loop task only its binding's loop thread (once it is known), so
+ * that loop callbacks run on the loop thread whatever the policy. */
+static bool
+caller_may_run_locked(struct chime_task *t)
+{
+    struct chime_loop *l = chime__task_loop(t);
+    if (l == NULL)
+        return true;
+    pthread_mutex_lock(&l->mu);
+    bool mine = l->has_owner && pthread_equal(l->owner, pthread_self());
+    pthread_mutex_unlock(&l->mu);
+    return mine;
 }
 
 int
@@ -805,6 +852,8 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
     case CHIME_REJECT_DISCARD:
         break;
     case CHIME_REJECT_CALLER_RUNS:
+        if (reason == -EAGAIN && !caller_may_run_locked(t))
+            goto refuse; /* a loop task off its loop thread: refused */
         if (reason == -EAGAIN) {
             /* A periodic task is counted when it completes rejected
              * after its one run. */
@@ -821,7 +870,10 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
         chime__complete_locked(p, t, CHIME_TASK_REJECTED, reason);
         pthread_mutex_unlock(&p->mu);
         /* The handler borrows the pool's reference; it may retain. */
+        struct chime__frame f;
+        chime__enter(&f, p, CHIME_FRAME_HOOK);
         int rc = p->on_reject(p, t, reason, p->reject_ctx);
+        chime__leave(&f);
         if (rc != 0 && out)
             chime_task_release(t);
         pthread_mutex_lock(&p->mu);
@@ -834,6 +886,7 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
     }
     case CHIME_REJECT_ABORT:
     default:
+    refuse:
         p->st.rejected++;
         pthread_mutex_unlock(&p->mu);
         if (out)
@@ -872,6 +925,15 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
     }
     chime__task_init(t, p, fn, arg, kind, period, out != NULL);
     t->loop_id = loop ? loop->id : 0;
+    /* A closed binding refuses before any policy is consulted: whatever
+     * the policy, nothing of it may run (or be reported accepted). */
+    if (loop != NULL && loop->closed) {
+        pthread_mutex_unlock(&p->mu);
+        if (out)
+            chime_task_release(t);
+        chime__task_drop_pool_ref(t);
+        return -ESHUTDOWN;
+    }
     for (;;) {
         int reason = 0;
         if (p->run_state != CHIME_POOL_RUNNING)
@@ -885,13 +947,14 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         if (rc != 1)
             return rc;
         pthread_mutex_lock(&p->mu); /* DISCARD_OLDEST made room */
-    }
-    if (loop != NULL && loop->closed) {
-        pthread_mutex_unlock(&p->mu);
-        if (out)
-            chime_task_release(t);
-        chime__task_drop_pool_ref(t);
-        return -ESHUTDOWN;
+        if (loop != NULL && loop->closed) {
+            /* Closed while the lock was dropped. */
+            pthread_mutex_unlock(&p->mu);
+            if (out)
+                chime_task_release(t);
+            chime__task_drop_pool_ref(t);
+            return -ESHUTDOWN;
+        }
     }
 
     int64_t now = chime__pool_now(p);
@@ -1143,8 +1206,8 @@ chime_pool_await_termination(chime_pool *p, int64_t timeout_ns)
      * worker, a loop callback or caller-run task (the pool waits for it),
      * or the on_terminated hook (termination completes after it). */
     if (timeout_ns < 0 &&
-        (on_own_worker(p) || (tls_task != NULL && tls_task->pool == p) ||
-         tls_terminating == p))
+        (on_own_worker(p) ||
+         inside(p, CHIME_FRAME_TASK | CHIME_FRAME_TERMINATED)))
         return -EDEADLK;
     struct timespec ts = chime__abs_timespec(
         chime__sat_add(chime__monotonic_ns(), timeout_ns > 0 ? timeout_ns : 0));
@@ -1175,7 +1238,11 @@ chime_pool_destroy(chime_pool *p)
         return 0;
     if (chime__forked(p->fork_gen))
         return -ECHILD;
-    if (on_own_worker(p) || (tls_task != NULL && tls_task->pool == p))
+    /* From inside the pool's own code (a worker, a task callback or hook
+     * on any thread, on_terminated, on_reject, the thread factory) the
+     * caller's frames are still using the pool: freeing it would pull it
+     * from under them. */
+    if (on_own_worker(p) || inside(p, CHIME_FRAME_ANY))
         return -EDEADLK;
     pthread_mutex_lock(&p->mu);
     bool busy = p->loops != NULL;
@@ -1421,6 +1488,17 @@ in_heap_locked(struct chime_task *t)
     return (t->flags & (CHIME_TF_INHEAP | CHIME_TF_LAZY)) == CHIME_TF_INHEAP;
 }
 
+/* Is t a loop task that is due and waiting for its loop (in the ready
+ * ring, or taken by a dispatch that has not started it)? It reports
+ * PENDING, so for contains and remove it is queued too. */
+static bool
+awaiting_loop(struct chime_task *t)
+{
+    int st = chime__task_state(t);
+    return st == CHIME_TASK_READY || st == CHIME_TASK_BATCHED ||
+           st == CHIME_TASK_REARMING;
+}
+
 int
 chime_pool_remove(chime_pool *p, chime_task *t)
 {
@@ -1440,6 +1518,16 @@ chime_pool_remove(chime_pool *p, chime_task *t)
         chime__drop_locked(t, &garbage);
         chime__try_terminate_locked(p);
         rc = 0;
+    } else if (t->loop_id != 0 && awaiting_loop(t)) {
+        /* A non-final loop task's binding is open (closing cancels them
+         * all under pool->mu). Its state also moves under the binding's
+         * lock: look again holding it. */
+        struct chime_loop *l = chime__task_loop(t);
+        pthread_mutex_lock(&l->mu);
+        if (awaiting_loop(t))
+            rc = chime__cancel_locked(p, t, 0, true, &garbage);
+        pthread_mutex_unlock(&l->mu);
+        chime__try_terminate_locked(p);
     }
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(garbage);
@@ -1454,7 +1542,7 @@ chime_pool_contains(chime_pool *p, chime_task *t)
     if (FORKED(p))
         return false;
     pthread_mutex_lock(&p->mu);
-    bool r = in_heap_locked(t);
+    bool r = in_heap_locked(t) || (t->loop_id != 0 && awaiting_loop(t));
     pthread_mutex_unlock(&p->mu);
     return r;
 }

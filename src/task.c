@@ -295,12 +295,13 @@ chime_task_wait(chime_task *t, int64_t timeout_ns, void **result)
         return outcome(t, st, result);
     if (chime__current_task() == t)
         return -EDEADLK;
-    if (timeout_ns == 0)
-        return -ETIMEDOUT;
-
     struct chime_pool *p = t->pool;
+    /* In a forked child nothing will ever complete an inherited task: say
+     * so, even to a poll, as every pool and binding call does. */
     if (chime__forked(p->fork_gen))
         return -ECHILD;
+    if (timeout_ns == 0)
+        return -ETIMEDOUT;
     int64_t end = timeout_ns > 0
                       ? chime__sat_add(chime__monotonic_ns(), timeout_ns)
                       : INT64_MAX;
@@ -356,34 +357,15 @@ chime_task_sleep(chime_task *t, int64_t ns)
 }
 
 int
-chime_task_cancel(chime_task *t, unsigned flags)
+chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
+                     unsigned flags, bool queued_only,
+                     struct chime_task **garbage)
 {
-    if (t == NULL || (flags & ~CHIME_CANCEL_INTERRUPT) != 0)
-        return -EINVAL;
-    /* Final states never change and the pool may be gone: answer
-     * without touching it. */
-    if (chime__state_is_final(chime__task_state(t)))
-        return -EALREADY;
-
-    struct chime_pool *p = t->pool;
-    if (chime__forked(p->fork_gen))
-        return -ECHILD;
-    struct chime_task *garbage = NULL;
-    int rc = 0;
-    pthread_mutex_lock(&p->mu);
-    /* Final states are only reached under pool->mu: checked first, since
-     * a finished loop task's binding may be gone. */
-    if (chime__state_is_final(chime__task_state(t))) {
-        pthread_mutex_unlock(&p->mu);
-        return -EALREADY;
-    }
-    /* A live loop task's binding is open, and its state also moves under
-     * the binding's lock (dispatch starts it there): hold both. */
     struct chime_loop *l = chime__task_loop(t);
-    if (l)
-        pthread_mutex_lock(&l->mu);
     int st = chime__task_state(t);
     if (st == CHIME_TASK_RUNNING) {
+        if (queued_only)
+            return -ENOENT;
         /* The callback finishes its current run; whoever runs it sees the
          * final state afterwards, discards the result and drops the task. */
         if (flags & CHIME_CANCEL_INTERRUPT)
@@ -393,13 +375,13 @@ chime_task_cancel(chime_task *t, unsigned flags)
         /* Due and waiting for its loop: it will never start. */
         chime__loop_unqueue_locked(l, t);
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        chime__drop_locked(t, &garbage);
+        chime__drop_locked(t, garbage);
     } else if (st == CHIME_TASK_BATCHED || st == CHIME_TASK_REARMING) {
         int8_t exp = (int8_t)st;
         if (st == CHIME_TASK_BATCHED && chime__loop_unbatch_locked(l, t)) {
             /* Taken from the dispatch's batch before it got to it. */
             chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-            chime__drop_locked(t, &garbage);
+            chime__drop_locked(t, garbage);
         } else if (atomic_compare_exchange_strong(&t->state, &exp,
                                                   CHIME_TASK_CANCELLED)) {
             /* The dispatch holds it and will drop it, unstarted. */
@@ -407,6 +389,8 @@ chime_task_cancel(chime_task *t, unsigned flags)
         } else {
             /* It started in the meantime: cancel a running task. */
             CHIME_ASSERT(exp == CHIME_TASK_RUNNING);
+            if (queued_only)
+                return -ENOENT;
             if (flags & CHIME_CANCEL_INTERRUPT)
                 chime__task_interrupt(t);
             chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
@@ -420,13 +404,43 @@ chime_task_cancel(chime_task *t, unsigned flags)
              * cancel O(1) amortized instead of a sift through the heap. */
             t->flags |= CHIME_TF_LAZY;
             if (++p->heap.lazy >= 64 && p->heap.lazy * 2 > p->heap.len)
-                chime__compact_locked(p, &garbage);
+                chime__compact_locked(p, garbage);
         }
         /* Otherwise retained (remove_on_cancel off, Java's behaviour):
          * dropped when it reaches the head at its deadline, or by purge;
-         * in a shut-down pool try_terminate below wakes a worker to drop a
+         * in a shut-down pool try_terminate wakes a worker to drop a
          * retained head at once. */
     }
+    return 0;
+}
+
+int
+chime_task_cancel(chime_task *t, unsigned flags)
+{
+    if (t == NULL || (flags & ~CHIME_CANCEL_INTERRUPT) != 0)
+        return -EINVAL;
+    /* Final states never change and the pool may be gone: answer
+     * without touching it. */
+    if (chime__state_is_final(chime__task_state(t)))
+        return -EALREADY;
+
+    struct chime_pool *p = t->pool;
+    if (chime__forked(p->fork_gen))
+        return -ECHILD;
+    struct chime_task *garbage = NULL;
+    pthread_mutex_lock(&p->mu);
+    /* Final states are only reached under pool->mu: checked first, since
+     * a finished loop task's binding may be gone. */
+    if (chime__state_is_final(chime__task_state(t))) {
+        pthread_mutex_unlock(&p->mu);
+        return -EALREADY;
+    }
+    /* A live loop task's binding is open, and its state also moves under
+     * the binding's lock (dispatch starts it there): hold both. */
+    struct chime_loop *l = chime__task_loop(t);
+    if (l)
+        pthread_mutex_lock(&l->mu);
+    int rc = chime__cancel_locked(p, t, flags, false, &garbage);
     if (l)
         pthread_mutex_unlock(&l->mu);
     chime__try_terminate_locked(p);

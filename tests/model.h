@@ -20,8 +20,8 @@
  *   done from a callback use the same model functions as top-level ones.
  * - Readings chime.h leaves open, taken as the code has them (see the report
  *   in the commit that added this file):
- *   - CALLER_RUNS executes are not counted in stats.completed and do not run
- *     before_run/after_run (on_error does run);
+ *   - CALLER_RUNS executes run every hook and count in stats.completed, as
+ *     any other execution (issue 8: they once did neither);
  *   - chime_task_remaining() of a task running in the caller is not
  *     specified (it never had a deadline): not compared;
  *   - shutdown_now's list holds every queued task, periodic ones that ran
@@ -391,6 +391,9 @@ m_run_in_caller(m_model *m, int id)
     size_t li = m_log_push(m, id, run);
     m_log_end(m, li, id, true);
     int rc = run == t->s.fail_on ? t->s.fail_cause : 0;
+    m->st.before++;
+    m->st.after++;
+    m->st.completed++;
     if (rc != 0)
         m->st.errors++;
     if (rc != 0)

@@ -22,6 +22,13 @@
  * - After fork(), a child must not use the pools and bindings it inherited
  *   (their locks may be held by threads that do not exist there): every
  *   call on them returns -ECHILD, predicates return false and counts 0.
+ *   Inherited handles: nothing will ever complete a task in the child, so
+ *   chime_task_wait (even a poll), chime_task_sleep, chime_task_cancel and
+ *   chime_task_rearm on a task that has not completed return -ECHILD; a
+ *   completed task's outcome stays readable (wait returns it, cancel and
+ *   rearm -EALREADY); chime_task_get_state and the other readers answer
+ *   from the state the task had at fork (chime_task_remaining: 0);
+ *   chime_task_retain and chime_task_release work.
  *
  * Thread-safety vocabulary used below
  * - "any thread": callable concurrently from any thread, including from a task
@@ -95,7 +102,10 @@ CHIME_EXPORT int64_t chime_now_ns(void);
  * failed with that value as its cause (chime_task_error()), a periodic task
  * is not run again, and the pool's on_error hook is told. Negative errno
  * values are the recommended causes.
- * Runs on: a worker thread of the pool, no chime lock held. */
+ * Runs on: a worker thread of the pool for pool tasks; the binding's loop
+ * thread for loop tasks and posts (chime_loop_*); under
+ * CHIME_REJECT_CALLER_RUNS, the submitting thread (never, for a loop task,
+ * any thread but its loop thread). No chime lock held. */
 typedef int (*chime_task_fn)(chime_task *self, void *arg, void **result);
 
 /* ------------------------------------------------------------------------ */
@@ -116,9 +126,16 @@ typedef enum chime_reject_policy {
      * Shut down: as DISCARD. */
     CHIME_REJECT_DISCARD_OLDEST,
     /* Capacity: the calling thread runs the callback once, now, before the
-     * submission returns; a one-shot completes with that run's outcome, a
+     * submission returns, with before_run / after_run / on_error around it
+     * like any execution (counted in stats.completed, and the submission
+     * in stats.rejected); a one-shot completes with that run's outcome, a
      * periodic task completes after that one run as rejected. Shut down: as
-     * DISCARD (a shut-down pool runs nothing new). */
+     * DISCARD (a shut-down pool runs nothing new).
+     * Loop tasks (chime_loop_schedule*): only the binding's loop thread may
+     * run one, so that loop callbacks always run on the loop thread. From
+     * any other thread, or before the loop thread is known (no dispatch and
+     * no chime_loop_set_thread yet), the submission is refused as under
+     * ABORT: it returns -EAGAIN, no handle, nothing runs. */
     CHIME_REJECT_CALLER_RUNS,
     /* options.on_reject decides; see chime_reject_fn. */
     CHIME_REJECT_CALL,
@@ -167,7 +184,9 @@ typedef void (*chime_pool_hook_fn)(chime_pool *pool, void *ctx);
  * the current time in ns (any origin; must not go backwards). With a custom
  * clock the pool never sleeps on a timeout for a deadline: it re-reads the
  * clock when a task is submitted, cancelled or re-armed and when you call
- * chime_pool_clock_changed(). */
+ * chime_pool_clock_changed().
+ * Runs on: any thread that calls into the pool, with the pool's lock held:
+ * it must not call chime functions. */
 typedef int64_t (*chime_clock_fn)(void *ctx);
 
 typedef struct chime_pool_options {
@@ -259,11 +278,14 @@ CHIME_EXPORT int chime_pool_await_termination(chime_pool *pool,
 /* Shuts the pool down now (as chime_pool_shutdown_now, returning nothing),
  * waits for termination, joins every thread and frees the pool. Handles
  * still held stay valid (all completed) until released. destroy(NULL) is a
- * no-op returning 0. Returns: 0, -EDEADLK (called from one of this pool's
- * workers: nothing is done), -EBUSY (a loop binding is still open: close
- * it first; nothing is done), -ECHILD (after fork: nothing is done). Thread-safety: not from a task callback or
- * hook of this pool; no other call on this pool may race with it or follow
- * it. */
+ * no-op returning 0. Returns: 0, -EDEADLK (called from inside this pool:
+ * one of its workers, or any of its callbacks and hooks on any thread (task
+ * callbacks, loop callbacks and caller-run ones included, before_run,
+ * after_run, on_error, on_thread_start/stop, on_terminated, on_reject, the
+ * thread factory): nothing is done), -EBUSY (a loop binding is still open:
+ * close it first; nothing is done), -ECHILD (after fork: nothing is done).
+ * Thread-safety: from outside the pool's callbacks and hooks; no other call
+ * on this pool may race with it or follow it. */
 CHIME_EXPORT int chime_pool_destroy(chime_pool *pool);
 
 /* Lifecycle predicates. NULL pool: false. Thread-safety: any thread. */
@@ -359,11 +381,15 @@ CHIME_EXPORT int chime_pool_execute(chime_pool *pool, chime_task_fn fn,
 /* Queue inspection                                                          */
 
 /* Removes a queued task of this pool and completes it as cancelled.
+ * "Queued" is every task that has not started and reports
+ * CHIME_TASK_PENDING: in the delay queue, or a loop task already due and
+ * waiting for its loop (it then never runs).
  * Returns: 0, -ENOENT (not queued in this pool: running, completed, or
  * another pool's), -EINVAL (NULL). Thread-safety: any thread. */
 CHIME_EXPORT int chime_pool_remove(chime_pool *pool, chime_task *task);
-/* True if task is queued in this pool (cancelled-but-retained tasks count
- * while remove_on_cancel is off). Thread-safety: any thread. */
+/* True if task is queued in this pool, as chime_pool_remove means it
+ * (cancelled-but-retained tasks count while remove_on_cancel is off).
+ * Thread-safety: any thread. */
 CHIME_EXPORT bool chime_pool_contains(chime_pool *pool, chime_task *task);
 /* Drops every cancelled task still held in the queue (only possible with
  * remove_on_cancel off). Returns how many, or -EINVAL.
@@ -500,8 +526,15 @@ CHIME_EXPORT int chime_task_release(chime_task *task);
  * the guarantees below that say "on its loop thread" refer to it.
  *
  * Guarantees
- * - Ordering: callbacks of one binding run in due order (deadline, then
- *   submission); posts run in post order.
+ * - Ordering: callbacks of one binding run in the order they were handed
+ *   to the loop (its ready queue is FIFO). Posts are handed over when
+ *   posted, so they run in post order. A timer is handed over when a worker
+ *   finds it due; the tasks found due together are handed over in
+ *   (deadline, submission) order. A task that becomes due later queues
+ *   behind those already handed over, even if its deadline is earlier: for
+ *   example the next run of a fixed-rate task that ran late (its deadline
+ *   already past) is handed over only after its run returned, behind tasks
+ *   handed over meanwhile.
  * - A loop task cancelled or re-armed on its loop thread before its callback
  *   started never runs (at its old time), even if it was already due and
  *   sitting in the ready queue. Cancel never blocks.
@@ -550,9 +583,9 @@ CHIME_EXPORT int chime_loop_dispatch(chime_loop *loop);
 
 /* Hands fn(arg) to the loop thread, to run at its next dispatch after the
  * callbacks already ready (post order). out: as chime_pool_schedule.
- * Returns: 0, -EINVAL, -ENOMEM, -ESHUTDOWN (binding closed, whatever the
- * rejection policy; or pool shut down, through the pool's rejection
- * policy), -ECHILD.
+ * Returns: 0, -EINVAL, -ENOMEM, -ESHUTDOWN (binding closed: checked first,
+ * whatever the rejection policy, and no policy is consulted; or pool shut
+ * down, through the pool's rejection policy), -ECHILD.
  * Thread-safety: any thread, including workers and the loop thread itself.
  * Runs on: the loop thread, no chime lock held. */
 CHIME_EXPORT int chime_loop_post(chime_loop *loop, chime_task_fn fn, void *arg,
@@ -561,8 +594,13 @@ CHIME_EXPORT int chime_loop_post(chime_loop *loop, chime_task_fn fn, void *arg,
 /* As chime_pool_schedule / _at_fixed_rate / _with_fixed_delay, but the
  * callback runs on the loop thread. The pool keeps the time (the loop has no
  * timer); a fixed-delay period counts from the end of the run on the loop.
- * Returns: as those functions, plus -ESHUTDOWN when the binding is closing.
- * Thread-safety: any thread. Runs on: the loop thread, no chime lock held. */
+ * Returns: as those functions, plus -ESHUTDOWN when the binding is closed
+ * (checked before the pool's state and capacity: no rejection policy is
+ * consulted), and -EAGAIN at capacity under CHIME_REJECT_CALLER_RUNS when
+ * the caller is not the binding's loop thread.
+ * Thread-safety: any thread. Runs on: the loop thread, no chime lock held
+ * (under CALLER_RUNS at capacity, called from the loop thread, inside this
+ * call). */
 CHIME_EXPORT int chime_loop_schedule(chime_loop *loop, chime_task_fn fn,
                                      void *arg, int64_t delay_ns,
                                      chime_task **out);

@@ -221,7 +221,7 @@ typedef struct round_state {
     atomic_int max_core;
 
     /* Counters for the stats identities. */
-    atomic_ullong cb_returns;   /* callbacks returned on workers / loops */
+    atomic_ullong cb_returns;   /* callbacks returned (every execution) */
     atomic_ullong fail_returns; /* callbacks that returned FAIL_CODE */
     atomic_ullong before_run, after_run, on_error, thread_start, thread_stop,
         terminated;
@@ -247,7 +247,11 @@ extern _Thread_local int tls_id;
  * its own record here runs under CALLER_RUNS on the submitting thread, and
  * a CALL handler must find its task's record here. */
 extern _Thread_local rec *tls_submitting;
-extern _Thread_local rec *tls_hook_rec; /* set by before_run */
+/* Set by before_run to its task; after_run puts back the one it replaced
+ * (a CALLER_RUNS run nests inside the callback that submitted it). */
+extern _Thread_local rec *tls_hook_rec;
+extern _Thread_local rec *tls_hook_saved[16];
+extern _Thread_local int tls_hook_depth;
 extern _Thread_local int tls_depth;     /* nested submissions */
 
 static inline unsigned

@@ -9,8 +9,7 @@
  * successful re-arm plus one.
  *
  * Per pool, the counters against our own tallies (src/pool.c):
- * - completed   = callbacks that returned on a worker or loop thread (not
- *                 CALLER_RUNS runs, which settle outside the pool) =
+ * - completed   = callbacks that returned, CALLER_RUNS runs included =
  *                 before_run = after_run hook calls;
  * - failed      = tasks completed FAILED; cancelled = tasks completed
  *                 CANCELLED;
@@ -190,6 +189,9 @@ check_record(rec *r, unsigned i, tally *ty)
             ty->r_call++;
         else if (r->submit_rc == -EMFILE)
             ; /* factory failure: not a rejection */
+        else if (G->cfg.policy == CHIME_REJECT_CALLER_RUNS &&
+                 r->submit_rc == -EAGAIN)
+            ty->r_abort++; /* a loop task refused off its loop thread */
         else if (G->cfg.policy != CHIME_REJECT_ABORT)
             ; /* -ESHUTDOWN from a closed binding: not counted */
         else if (r->target != T_WORKER && r->closed_seen &&
@@ -293,7 +295,7 @@ check_round(const chime_pool_stats *st)
     if (st->completed != cb || atomic_load(&rs->before_run) != cb ||
         atomic_load(&rs->after_run) != cb)
         violation("stats.completed %" PRIu64 ", before_run %llu, after_run "
-                  "%llu, callbacks returned on workers/loops %" PRIu64,
+                  "%llu, callbacks returned %" PRIu64,
                   st->completed, atomic_load(&rs->before_run),
                   atomic_load(&rs->after_run), cb);
     if (atomic_load(&rs->on_error) != atomic_load(&rs->fail_returns))

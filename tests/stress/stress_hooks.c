@@ -128,9 +128,13 @@ hook_before(chime_pool *p, chime_task *t, int err, void *ctx)
     rec *r = chime_task_arg(t);
     if (p != G->pool || err != 0)
         violation("before_run: pool %p err %d", (void *)p, err);
-    if (tls_role != R_WORKER && tls_role != R_LOOP)
+    if (tls_role != R_WORKER && tls_role != R_LOOP && tls_submitting != r)
         violation("task %u: before_run on a thread of role %d", idx(r),
                   tls_role);
+    if (tls_hook_depth == 16)
+        violation("task %u: hooks nested 16 deep", idx(r));
+    else
+        tls_hook_saved[tls_hook_depth++] = tls_hook_rec;
     tls_hook_rec = r;
 }
 
@@ -144,7 +148,8 @@ hook_after(chime_pool *p, chime_task *t, int err, void *ctx)
     if (tls_hook_rec != r)
         violation("task %u: after_run without its before_run on this thread",
                   idx(r));
-    tls_hook_rec = NULL;
+    tls_hook_rec = tls_hook_depth > 0 ? tls_hook_saved[--tls_hook_depth]
+                                      : NULL;
     if (err != atomic_load(&r->last_rc))
         violation("task %u: after_run got %d, the callback returned %d", idx(r),
                   err, atomic_load(&r->last_rc));

@@ -20,6 +20,8 @@ _Thread_local int tls_role;
 _Thread_local int tls_id;
 _Thread_local rec *tls_submitting;
 _Thread_local rec *tls_hook_rec;
+_Thread_local rec *tls_hook_saved[16];
+_Thread_local int tls_hook_depth;
 _Thread_local int tls_depth;
 
 /* ---- submission ---------------------------------------------------------- */
@@ -85,7 +87,13 @@ submit(rec *r, rng *g)
                   atomic_load(&rs->shutdown_claimed)) ||
                  r->closed_seen;
         else if (rc == -EAGAIN)
-            ok = rs->cfg.policy == CHIME_REJECT_ABORT && rs->cfg.max_pending;
+            /* CALLER_RUNS refuses a loop task when the caller is not its
+             * loop thread (issue 8). */
+            ok = rs->cfg.max_pending &&
+                 (rs->cfg.policy == CHIME_REJECT_ABORT ||
+                  (rs->cfg.policy == CHIME_REJECT_CALLER_RUNS &&
+                   r->target == T_LOOP_SCHED &&
+                   !(tls_role == R_LOOP && tls_id == r->loop_id)));
         else if (rc == -EMFILE)
             ok = rs->cfg.bad_factory;
         if (!ok)
@@ -195,6 +203,15 @@ task_fn(chime_task *self, void *arg, void **result)
                       idx(r), rs->cfg.policy);
         atomic_fetch_add(&r->caller_runs, 1);
         atomic_fetch_add(&COV.caller_runs, 1);
+        /* A loop callback runs on its loop thread, whatever the policy:
+         * a caller may run it only if it is that thread (issue 8). */
+        if (r->target != T_WORKER &&
+            (tls_role != R_LOOP || tls_id != r->loop_id))
+            violation("task %u (loop %d): caller-run on role %d id %d",
+                      idx(r), r->loop_id, tls_role, tls_id);
+        if (tls_hook_rec != r)
+            violation("task %u: before_run did not precede its caller run",
+                      idx(r));
     } else {
         if (r->target == T_WORKER ? tls_role != R_WORKER
                                   : tls_role != R_LOOP || tls_id != r->loop_id)
@@ -312,11 +329,10 @@ task_fn(chime_task *self, void *arg, void **result)
         if (r->kind != K_ONESHOT)
             atomic_fetch_sub(&rs->live_periodic, 1);
     }
-    if (!caller) {
-        atomic_fetch_add(&rs->cb_returns, 1);
-        if (r->target != T_WORKER)
-            atomic_fetch_add(&rs->loops[r->loop_id].cb_runs, 1);
-    }
+    /* Every execution counts, a CALLER_RUNS one included (issue 8). */
+    atomic_fetch_add(&rs->cb_returns, 1);
+    if (!caller && r->target != T_WORKER)
+        atomic_fetch_add(&rs->loops[r->loop_id].cb_runs, 1);
     if (ops)
         atomic_fetch_add(&rs->callback_ops, ops);
     atomic_fetch_sub(&r->running, 1);
