@@ -11,7 +11,9 @@
 # Criterion runs each test in a worker process it re-executes from the test
 # binary ("boxfort-worker"), so valgrind follows children
 # (--trace-children=yes) and every process writes its own log under
-# build-valgrind/valgrind/<tool>/. --jobs 1: one worker at a time.
+# build-valgrind/valgrind/<tool>/. --jobs 1: one worker at a time. The
+# executables (for both tools) run CHIME_VALGRIND_JOBS at a time (default:
+# the CPU count), each in its own valgrind.
 #
 # Prints one line per executable and one summary line per tool; exits
 # non-zero if any test failed or valgrind reported any error in any process.
@@ -22,6 +24,7 @@
 #   CHIME_VALGRIND_TESTS space-separated executable names to run (default:
 #                        every tests/test_* and tests/integration_test_*)
 #   CHIME_VALGRIND_OPTS  extra valgrind options, e.g. --gen-suppressions=all
+#   CHIME_VALGRIND_JOBS  executables run at once (default: the CPU count)
 #   The test-size knobs below can be overridden the same way.
 set -uo pipefail
 
@@ -46,8 +49,11 @@ done
 
 dir=${CHIME_VALGRIND_DIR:-build-valgrind}
 echo "=================== $dir: configure and build ==================="
+# CHIME_HELGRIND: chime's own happens-before edges (release stores and
+# acquire loads) are annotated for helgrind, so it sees every order chime
+# relies on instead of reporting what the atomics publish as races.
 if ! cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCHIME_SANITIZER= \
-    -DCHIME_BUILD_EXAMPLES=OFF >/dev/null ||
+    -DCHIME_BUILD_EXAMPLES=OFF -DCHIME_HELGRIND=ON >/dev/null ||
     ! cmake --build "$dir" -j2 >"$dir.build.log" 2>&1; then
     cat "$dir.build.log" >&2
     echo "valgrind: FAILED to configure or build" >&2
@@ -99,80 +105,116 @@ fi
 summaries=()
 failed_any=0
 
-run_tool() {
+# Each executable runs in its own valgrind process, which runs one thread at
+# a time: CHIME_VALGRIND_JOBS of them (default: one per CPU) run at once.
+jobs=${CHIME_VALGRIND_JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+opts_for() { # tool -> valgrind options, one per line
     local tool=$1
-    local logdir="$dir/valgrind/$tool"
-    rm -rf "$logdir"
-    mkdir -p "$logdir"
-    local opts=(--tool="$tool" --error-exitcode=99 --trace-children=yes
-        # popen()ed helpers (test_faults names its allocation sites)
-        --trace-children-skip='*/sh,*/dash,*/bash,*/addr2line'
-        --num-callers=30)
-    # shellcheck disable=SC2206 # split on purpose
-    opts+=(${CHIME_VALGRIND_OPTS:-})
+    printf '%s\n' --tool="$tool" --error-exitcode=99 --trace-children=yes \
+        '--trace-children-skip=*/sh,*/dash,*/bash,*/addr2line' \
+        --num-callers=30
+    # shellcheck disable=SC2086 # split on purpose
+    [ -n "${CHIME_VALGRIND_OPTS:-}" ] && printf '%s\n' ${CHIME_VALGRIND_OPTS}
     case $tool in
     memcheck)
-        opts+=(--leak-check=full --errors-for-leak-kinds=definite,indirect
-            --show-leak-kinds=definite,indirect)
+        printf '%s\n' --leak-check=full \
+            --errors-for-leak-kinds=definite,indirect \
+            --show-leak-kinds=definite,indirect
         ;;
     helgrind)
-        opts+=(--suppressions="$root/tests/valgrind/helgrind.supp")
+        printf '%s\n' --suppressions="$root/tests/valgrind/helgrind.supp"
         ;;
     esac
+}
 
-    echo
-    echo "=================== valgrind --tool=$tool ==================="
-    for e in "${exclusions[@]}"; do
-        read -r t x name reason <<<"$e"
-        if [ "$t" = any ] || [ "$t" = "$tool" ]; then
-            echo "excluded: $x $name: $reason"
-        fi
-    done
-
-    local start=$SECONDS bad=0 tests=0 errors=0 exe
-    for exe in "${exes[@]}"; do
-        local t0=$SECONDS filter rc line n errs
-        filter=$(filter_for "$tool" "$exe")
-        # --verbose: each test's duration in the .out file, to see which
-        # ones come near their Criterion timeout under valgrind.
-        local args=(--jobs 1 --verbose)
-        [ -n "$filter" ] && args+=(--filter "$filter")
-        valgrind "${opts[@]}" --log-file="$logdir/$exe.%p.log" \
-            "$dir/tests/$exe" "${args[@]}" >"$logdir/$exe.out" 2>&1
-        rc=$?
-        # Every process's own verdict: "ERROR SUMMARY: 3 errors from ..."
-        errs=$(cat "$logdir/$exe".*.log 2>/dev/null |
-            sed -n 's/.*ERROR SUMMARY: \([0-9]*\) errors.*/\1/p' |
-            awk '{s += $1} END {print s + 0}')
-        line=$(grep -a 'Synthesis:' "$logdir/$exe.out" | tail -n 1)
-        n=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<<"$line")
-        tests=$((tests + ${n:-0}))
-        errors=$((errors + errs))
+# One executable under one tool; writes "<tests> <errors> <status line>" to
+# $logdir/$exe.result.
+run_one() {
+    local tool=$1 exe=$2 logdir="$dir/valgrind/$1"
+    local t0=$SECONDS filter rc line n errs opts=()
+    mapfile -t opts < <(opts_for "$tool")
+    filter=$(filter_for "$tool" "$exe")
+    # --verbose: each test's duration in the .out file, to see which ones
+    # come near their Criterion timeout under valgrind.
+    local args=(--jobs 1 --verbose)
+    [ -n "$filter" ] && args+=(--filter "$filter")
+    valgrind "${opts[@]}" --log-file="$logdir/$exe.%p.log" \
+        "$dir/tests/$exe" "${args[@]}" >"$logdir/$exe.out" 2>&1
+    rc=$?
+    # Every process's own verdict: "ERROR SUMMARY: 3 errors from ..."
+    errs=$(cat "$logdir/$exe".*.log 2>/dev/null |
+        sed -n 's/.*ERROR SUMMARY: \([0-9]*\) errors.*/\1/p' |
+        awk '{s += $1} END {print s + 0}')
+    line=$(grep -a 'Synthesis:' "$logdir/$exe.out" | tail -n 1)
+    n=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<<"$line")
+    {
+        printf '%s %s ' "${n:-0}" "$errs"
         if [ "$rc" -eq 0 ] && [ "$errs" -eq 0 ] && [ -n "$line" ]; then
             printf '  %-36s OK    %3s tests %5d s\n' "$exe" "${n:-?}" \
                 $((SECONDS - t0))
         else
-            bad=$((bad + 1))
             printf '  %-36s FAILED (exit %d, %d valgrind errors) %5d s: %s\n' \
                 "$exe" "$rc" "$errs" $((SECONDS - t0)) "${line#*Synthesis: }"
             grep -a -E '^\[(FAIL|----)\]' "$logdir/$exe.out" | head -n 20
             grep -l 'ERROR SUMMARY: [1-9]' "$logdir/$exe".*.log 2>/dev/null |
                 head -n 3 | sed 's/^/    see /'
         fi
+    } >"$logdir/$exe.result"
+}
+
+start=$SECONDS
+for tool in "${tools[@]}"; do
+    rm -rf "$dir/valgrind/$tool"
+    mkdir -p "$dir/valgrind/$tool"
+    for e in "${exclusions[@]}"; do
+        read -r t x name reason <<<"$e"
+        if [ "$t" = any ] || [ "$t" = "$tool" ]; then
+            echo "excluded ($tool): $x $name: $reason"
+        fi
     done
-    local s
+done
+echo "running ${#tools[@]} tool(s) x ${#exes[@]} executables, $jobs at a time"
+running=0
+for tool in "${tools[@]}"; do
+    for exe in "${exes[@]}"; do
+        if [ "$running" -ge "$jobs" ]; then
+            wait -n
+            running=$((running - 1))
+        fi
+        run_one "$tool" "$exe" &
+        running=$((running + 1))
+    done
+done
+wait
+
+for tool in "${tools[@]}"; do
+    logdir="$dir/valgrind/$tool"
+    echo
+    echo "=================== valgrind --tool=$tool ==================="
+    bad=0 tests=0 errors=0
+    for exe in "${exes[@]}"; do
+        res="$logdir/$exe.result"
+        if [ ! -s "$res" ]; then
+            echo "  $exe: no result (the run did not finish)"
+            bad=$((bad + 1))
+            continue
+        fi
+        read -r n errs first <"$res"
+        tests=$((tests + n))
+        errors=$((errors + errs))
+        sed -e '1s/^[0-9]* [0-9]* //' "$res"
+        case "$first" in *" OK "*) ;; *) bad=$((bad + 1)) ;; esac
+    done
     if [ "$bad" -eq 0 ]; then
-        s="$tool: OK, ${#exes[@]} executables, $tests tests, 0 errors in $((SECONDS - start)) s"
+        s="$tool: OK, ${#exes[@]} executables, $tests tests, 0 errors"
     else
-        s="$tool: FAILED, $bad of ${#exes[@]} executables ($tests tests, $errors valgrind errors) in $((SECONDS - start)) s; logs in $logdir"
+        s="$tool: FAILED, $bad of ${#exes[@]} executables ($tests tests, $errors valgrind errors); logs in $logdir"
         failed_any=1
     fi
     summaries+=("$s")
-}
-
-for tool in "${tools[@]}"; do
-    run_tool "$tool"
 done
+summaries+=("valgrind: ${#tools[@]} tool(s) in $((SECONDS - start)) s, $jobs jobs")
 
 echo
 echo "=================== summary ==================="

@@ -20,6 +20,31 @@
 #define CHIME_ASSERT(x) assert(x)
 #endif
 
+/* Happens-before edges for helgrind. helgrind models pthread primitives
+ * only; where chime publishes with a release store (or RMW) and consumes
+ * with an acquire load, it cannot see the order and reports the data that
+ * the atomic publishes as racy: the callback's writes read after
+ * chime_task_wait(), a task's fields freed by the last reference holder.
+ * CHIME_HB_BEFORE(a) goes right before every releasing access to the
+ * atomic at a, CHIME_HB_AFTER(a) right after every acquiring one: the
+ * client requests tell helgrind the same edge the C11 memory model gives.
+ * Compiled in only for the valgrind build (-DCHIME_HELGRIND=ON); elsewhere
+ * they are nothing. ThreadSanitizer understands the atomics themselves. */
+/* CHIME_HB_ATOMIC(a), at the initialisation of every _Atomic field, says
+ * that the field itself is accessed only atomically: concurrent accesses to
+ * it are the protocol, not a race (helgrind does not model atomics), so it
+ * stops checking those bytes and checks everything around them. */
+#ifdef CHIME_HELGRIND
+#include <valgrind/helgrind.h>
+#define CHIME_HB_BEFORE(a) ANNOTATE_HAPPENS_BEFORE(a)
+#define CHIME_HB_AFTER(a) ANNOTATE_HAPPENS_AFTER(a)
+#define CHIME_HB_ATOMIC(a) VALGRIND_HG_DISABLE_CHECKING((a), sizeof(*(a)))
+#else
+#define CHIME_HB_BEFORE(a) ((void)0)
+#define CHIME_HB_AFTER(a) ((void)0)
+#define CHIME_HB_ATOMIC(a) ((void)0)
+#endif
+
 #define chime__container_of(ptr, type, member)                                 \
     ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
@@ -134,7 +159,41 @@ struct chime_task {
 static inline int
 chime__task_state(const struct chime_task *t)
 {
-    return atomic_load_explicit(&t->state, memory_order_acquire);
+    int s = atomic_load_explicit(&t->state, memory_order_acquire);
+    CHIME_HB_AFTER(&t->state);
+    return s;
+}
+
+/* Publishes a new state (release): everything written before, the outcome
+ * of a final state included, is visible to whoever reads this state. */
+static inline void
+chime__task_set_state(struct chime_task *t, int s)
+{
+    CHIME_HB_BEFORE(&t->state);
+    atomic_store_explicit(&t->state, (int8_t)s, memory_order_release);
+}
+
+/* Compare-and-swap of the state (acquire and release). */
+static inline bool
+chime__task_cas_state(struct chime_task *t, int8_t *expected, int s)
+{
+    CHIME_HB_BEFORE(&t->state);
+    bool ok = atomic_compare_exchange_strong(&t->state, expected, (int8_t)s);
+    CHIME_HB_AFTER(&t->state);
+    return ok;
+}
+
+/* Releases bits of the reference word (acq_rel): the writes of a holder
+ * that lets go happen before the free by whoever lets go last. Returns
+ * the old word. */
+static inline uint32_t
+chime__task_refs_and(struct chime_task *t, uint32_t mask)
+{
+    CHIME_HB_BEFORE(&t->refs);
+    uint32_t old =
+        atomic_fetch_and_explicit(&t->refs, mask, memory_order_acq_rel);
+    CHIME_HB_AFTER(&t->refs);
+    return old;
 }
 
 static inline int
@@ -154,13 +213,15 @@ chime__task_kind(const struct chime_task *t)
 static inline bool
 chime__task_interrupted(const struct chime_task *t)
 {
-    return atomic_load_explicit(&t->refs, memory_order_acquire) &
-           CHIME_REF_INTERRUPTED;
+    uint32_t r = atomic_load_explicit(&t->refs, memory_order_acquire);
+    CHIME_HB_AFTER(&t->refs);
+    return r & CHIME_REF_INTERRUPTED;
 }
 
 static inline void
 chime__task_interrupt(struct chime_task *t)
 {
+    CHIME_HB_BEFORE(&t->refs);
     atomic_fetch_or_explicit(&t->refs, CHIME_REF_INTERRUPTED,
                              memory_order_release);
 }
@@ -336,6 +397,16 @@ struct chime_loop {
     unsigned ncache;          /* mu */
 };
 
+/* Claims a batch slot: whoever exchanges it to NULL first owns the task. */
+static inline struct chime_task *
+chime__slot_claim(_Atomic(struct chime_task *) *slot)
+{
+    CHIME_HB_BEFORE(slot);
+    struct chime_task *t = atomic_exchange(slot, NULL);
+    CHIME_HB_AFTER(slot);
+    return t;
+}
+
 /* fork detection: bumped in every child by a pthread_atfork handler. */
 extern _Atomic unsigned chime__fork_gen;
 void chime__fork_init(void);
@@ -343,6 +414,16 @@ static inline bool
 chime__forked(unsigned gen)
 {
     return atomic_load_explicit(&chime__fork_gen, memory_order_relaxed) != gen;
+}
+
+/* Takes n from the count of loop tasks that termination waits for
+ * (seq_cst): a loop thread's work on a task happens before termination,
+ * which reads the count, sees it leave. Returns the old count. */
+static inline size_t
+chime__loop_tasks_sub(struct chime_pool *p, size_t n)
+{
+    CHIME_HB_BEFORE(&p->loop_tasks);
+    return atomic_fetch_sub(&p->loop_tasks, n);
 }
 
 static inline int64_t

@@ -115,7 +115,7 @@ chime__loop_push_locked(struct chime_loop *l, struct chime_task *t,
     e->task = t;
     e->deadline = deadline;
     t->heap_index = l->tail;
-    atomic_store_explicit(&t->state, CHIME_TASK_READY, memory_order_release);
+    chime__task_set_state(t, CHIME_TASK_READY);
     l->tail++;
     l->live++;
     signal_locked(l);
@@ -130,7 +130,7 @@ chime__loop_unqueue_locked(struct chime_loop *l, struct chime_task *t)
     l->ring[t->heap_index & (l->cap - 1)].task = NULL;
     t->heap_index = CHIME_HEAP_NONE;
     l->live--;
-    atomic_fetch_sub(&l->pool->loop_tasks, 1);
+    chime__loop_tasks_sub(l->pool, 1);
     /* The caller gives the task its next state. The fd stays readable
      * until a dispatch finds the ring empty: a spurious dispatch costs one
      * read, a lost one would cost a hang. */
@@ -175,9 +175,9 @@ chime__loop_unbatch_locked(struct chime_loop *l, struct chime_task *t)
     for (uint32_t i = 0; i < l->batch_n; i++) {
         if (atomic_load_explicit(&l->batch[i], memory_order_relaxed) != t)
             continue;
-        if (atomic_exchange(&l->batch[i], NULL) != t)
+        if (chime__slot_claim(&l->batch[i]) != t)
             return false; /* the dispatch claimed it just now */
-        atomic_fetch_sub(&l->pool->loop_tasks, 1);
+        chime__loop_tasks_sub(l->pool, 1);
         return true;
     }
     return false;
@@ -189,12 +189,12 @@ static struct chime_task *
 claim_batch_locked(struct chime_loop *l, uint32_t *i)
 {
     while (*i < l->batch_n) {
-        struct chime_task *t = atomic_exchange(&l->batch[(*i)++], NULL);
+        struct chime_task *t = chime__slot_claim(&l->batch[(*i)++]);
         if (t != NULL) {
             /* Unclaimed means not started: still BATCHED (a REARMING or
              * cancelled one was claimed by the dispatch first). */
             CHIME_ASSERT(chime__task_state(t) == CHIME_TASK_BATCHED);
-            atomic_fetch_sub(&l->pool->loop_tasks, 1);
+            chime__loop_tasks_sub(l->pool, 1);
             return t;
         }
     }
@@ -287,6 +287,8 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
     l->batch_limit = opts && opts->batch_limit ? opts->batch_limit
                                                : DEFAULT_BATCH;
     l->fork_gen = p->fork_gen;
+    CHIME_HB_ATOMIC(&l->current);
+    CHIME_HB_ATOMIC(&l->batch);
 
     pthread_mutex_lock(&p->mu);
     rc = p->run_state != CHIME_POOL_RUNNING ? -ESHUTDOWN : 0;
@@ -449,7 +451,7 @@ stolen(struct chime_pool *p, struct chime_task *t, int state)
         CHIME_ASSERT(chime__state_is_final(chime__task_state(t)));
         chime__drop_locked(t, &garbage);
     }
-    atomic_fetch_sub(&p->loop_tasks, 1);
+    chime__loop_tasks_sub(p, 1);
     chime__try_terminate_locked(p);
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(garbage);
@@ -469,12 +471,12 @@ settle_unlocked(struct chime_task *t, int rc, struct chime_task **freed)
     if (rc != 0 || chime__task_kind(t) != CHIME_KIND_ONESHOT)
         return false;
     uint32_t refs = atomic_load_explicit(&t->refs, memory_order_acquire);
+    CHIME_HB_AFTER(&t->refs);
     if ((refs & CHIME_REF_HANDLES) != 0 || (t->flags & CHIME_TF_REARM) ||
         chime__task_state(t) != CHIME_TASK_RUNNING)
         return false;
-    atomic_store_explicit(&t->state, CHIME_TASK_DONE, memory_order_release);
-    uint32_t old = atomic_fetch_and_explicit(&t->refs, ~CHIME_REF_POOL,
-                                             memory_order_acq_rel);
+    chime__task_set_state(t, CHIME_TASK_DONE);
+    uint32_t old = chime__task_refs_and(t, ~CHIME_REF_POOL);
     (void)old;
     /* Freed at the end of the batch, under loop->mu: shutdown_now may be
      * setting the interrupt flag of the task it read from loop->current
@@ -537,12 +539,11 @@ chime_loop_dispatch(chime_loop *l)
 
         int ran = 0;
         for (uint32_t i = 0; i < k; i++) {
-            struct chime_task *t = atomic_exchange(&l->batch[i], NULL);
+            struct chime_task *t = chime__slot_claim(&l->batch[i]);
             if (t == NULL)
                 continue; /* taken away before it started */
             int8_t exp = CHIME_TASK_BATCHED;
-            if (!atomic_compare_exchange_strong(&t->state, &exp,
-                                                CHIME_TASK_RUNNING)) {
+            if (!chime__task_cas_state(t, &exp, CHIME_TASK_RUNNING)) {
                 stolen(p, t, exp);
                 continue;
             }
@@ -562,7 +563,7 @@ chime_loop_dispatch(chime_loop *l)
                 int need = (t->flags & CHIME_TF_INHEAP) &&
                            chime__need_worker_locked(p);
                 /* It left the ring when it started; it counts no longer. */
-                atomic_fetch_sub(&p->loop_tasks, 1);
+                chime__loop_tasks_sub(p, 1);
                 chime__try_terminate_locked(p);
                 pthread_mutex_unlock(&p->mu);
                 chime__free_garbage(garbage);
@@ -603,7 +604,7 @@ chime_loop_dispatch(chime_loop *l)
      * count is shared with every producer. Only a shut-down pool can be
      * waiting for it to reach zero. */
     if (fast != 0 &&
-        atomic_fetch_sub(&p->loop_tasks, (size_t)fast) == (size_t)fast &&
+        chime__loop_tasks_sub(p, (size_t)fast) == (size_t)fast &&
         !atomic_load(&p->accepting)) {
         pthread_mutex_lock(&p->mu);
         chime__try_terminate_locked(p);
@@ -630,7 +631,7 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
      * for it to run. */
     atomic_fetch_add(&p->loop_tasks, 1);
     if (!atomic_load(&p->accepting)) {
-        atomic_fetch_sub(&p->loop_tasks, 1);
+        chime__loop_tasks_sub(p, 1);
         pthread_mutex_lock(&p->mu);
         /* Termination may have looked while this post was counted. */
         chime__try_terminate_locked(p);
@@ -692,7 +693,7 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
     }
     pthread_mutex_unlock(&l->mu);
     if (rc != 0) {
-        atomic_fetch_sub(&p->loop_tasks, 1);
+        chime__loop_tasks_sub(p, 1);
         if (!atomic_load(&p->accepting)) {
             /* Termination may have looked while this post was counted. */
             pthread_mutex_lock(&p->mu);

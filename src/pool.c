@@ -158,8 +158,11 @@ pool_free_shell(struct chime_pool *p)
 void
 chime__pool_unref(struct chime_pool *p)
 {
-    if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1)
+    CHIME_HB_BEFORE(&p->refs);
+    if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1) {
+        CHIME_HB_AFTER(&p->refs);
         pool_free_shell(p);
+    }
 }
 
 void
@@ -172,7 +175,7 @@ chime__complete_locked(struct chime_pool *p, struct chime_task *t, int state,
      * implied anyway. */
     if (state == CHIME_TASK_FAILED || state == CHIME_TASK_REJECTED)
         t->error = err;
-    atomic_store_explicit(&t->state, (int8_t)state, memory_order_release);
+    chime__task_set_state(t, state);
     chime__completed_locked(p, t, state);
 }
 
@@ -200,8 +203,7 @@ chime__completed_locked(struct chime_pool *p, struct chime_task *t, int state)
 void
 chime__drop_locked(struct chime_task *t, struct chime_task **garbage)
 {
-    uint32_t old = atomic_fetch_and_explicit(&t->refs, ~CHIME_REF_POOL,
-                                             memory_order_acq_rel);
+    uint32_t old = chime__task_refs_and(t, ~CHIME_REF_POOL);
     CHIME_ASSERT(old & CHIME_REF_POOL);
     if ((old & CHIME_REF_HANDLES) == 0) {
         t->next = *garbage;
@@ -266,6 +268,7 @@ chime__try_terminate_locked(struct chime_pool *p)
     }
     if (atomic_load_explicit(&p->loop_tasks, memory_order_seq_cst) != 0)
         return;
+    CHIME_HB_AFTER(&p->loop_tasks);
     if (p->nthreads != 0) {
         /* Idle workers of a shut-down pool with an empty queue must
          * exit, but may be asleep waiting for a task that was just
@@ -379,6 +382,10 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     p->remove_on_cancel = opts->remove_on_cancel;
     p->clock = opts->clock;
     p->clock_ctx = opts->clock_ctx;
+    CHIME_HB_ATOMIC(&p->refs);
+    CHIME_HB_ATOMIC(&p->remote_free);
+    CHIME_HB_ATOMIC(&p->accepting);
+    CHIME_HB_ATOMIC(&p->loop_tasks);
     atomic_init(&p->refs, 1);
     atomic_init(&p->remote_free, NULL);
     atomic_init(&p->accepting, true);
@@ -566,7 +573,7 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
         return;
     }
     t->flags &= (uint8_t)~CHIME_TF_REARM;
-    atomic_store_explicit(&t->state, CHIME_TASK_PENDING, memory_order_release);
+    chime__task_set_state(t, CHIME_TASK_PENDING);
     struct chime_loop *l = chime__task_loop(t);
     if (!can_run_locked(p, t, next, end) || (l && l->closed)) {
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
@@ -593,7 +600,7 @@ chime__requeue_locked(struct chime_pool *p, struct chime_task *t,
                       int64_t deadline, struct chime_task **garbage)
 {
     t->flags &= (uint8_t)~CHIME_TF_REARM;
-    atomic_store_explicit(&t->state, CHIME_TASK_PENDING, memory_order_release);
+    chime__task_set_state(t, CHIME_TASK_PENDING);
     struct chime_loop *l = chime__task_loop(t);
     if (!can_run_locked(p, t, deadline, chime__pool_now(p)) ||
         (l && l->closed)) {
@@ -618,7 +625,7 @@ static void
 run_locked(struct chime_pool *p, struct chime_worker *w, struct chime_task *t,
            int64_t now)
 {
-    atomic_store_explicit(&t->state, CHIME_TASK_RUNNING, memory_order_release);
+    chime__task_set_state(t, CHIME_TASK_RUNNING);
     t->flags &= (uint8_t)~CHIME_TF_REARM;
     w->current = t;
     p->st.running++;
@@ -784,7 +791,7 @@ chime__need_worker_locked(struct chime_pool *p)
 static void
 run_in_caller(struct chime_pool *p, struct chime_task *t)
 {
-    atomic_store_explicit(&t->state, CHIME_TASK_RUNNING, memory_order_release);
+    chime__task_set_state(t, CHIME_TASK_RUNNING);
     void *result;
     int rc = chime__invoke(p, t, &result);
     struct chime_task *garbage = NULL;

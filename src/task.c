@@ -51,6 +51,7 @@ chime__task_alloc_locked(struct chime_pool *p)
     if (t == NULL) {
         t = atomic_exchange_explicit(&p->remote_free, NULL,
                                      memory_order_acquire);
+        CHIME_HB_AFTER(&p->remote_free);
         if (t == NULL) {
             /* A new chunk: its first word links the chunk list. */
             size_t size = sizeof(struct chime_task) * (SLAB_CHUNK_TASKS + 1);
@@ -87,6 +88,8 @@ chime__task_init(struct chime_task *t, struct chime_pool *pool,
     uint32_t refs = CHIME_REF_POOL | ((uint32_t)kind << CHIME_REF_KIND_SHIFT);
     if (with_handle)
         refs |= CHIME_REF_POOLREF | 1u;
+    CHIME_HB_ATOMIC(&t->refs);
+    CHIME_HB_ATOMIC(&t->state);
     atomic_init(&t->refs, refs);
     atomic_init(&t->state, CHIME_TASK_PENDING);
     t->flags = 0;
@@ -104,6 +107,7 @@ chime__task_free(struct chime_task *t)
     /* Poisoned before it is published: once pushed, another thread may
      * take it and unpoison it for reuse. */
     NODE_FREED(t);
+    CHIME_HB_BEFORE(&p->remote_free);
     struct chime_task *head =
         atomic_load_explicit(&p->remote_free, memory_order_relaxed);
     do
@@ -118,8 +122,7 @@ chime__task_free(struct chime_task *t)
 void
 chime__task_drop_pool_ref(struct chime_task *t)
 {
-    uint32_t old = atomic_fetch_and_explicit(&t->refs, ~CHIME_REF_POOL,
-                                             memory_order_acq_rel);
+    uint32_t old = chime__task_refs_and(t, ~CHIME_REF_POOL);
     CHIME_ASSERT(old & CHIME_REF_POOL);
     if ((old & CHIME_REF_HANDLES) == 0)
         chime__task_free(t);
@@ -154,11 +157,13 @@ chime_task_release(chime_task *t)
     if (t == NULL)
         return 0;
     uint32_t old = atomic_load_explicit(&t->refs, memory_order_relaxed);
+    CHIME_HB_BEFORE(&t->refs);
     do {
         if ((old & CHIME_REF_HANDLES) == 0)
             return -EINVAL; /* no handle reference left: double release */
     } while (!atomic_compare_exchange_weak_explicit(
         &t->refs, &old, old - 1, memory_order_acq_rel, memory_order_relaxed));
+    CHIME_HB_AFTER(&t->refs);
     if (((old - 1) & (CHIME_REF_POOL | CHIME_REF_HANDLES)) == 0)
         chime__task_free(t);
     return 0;
@@ -382,8 +387,7 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
             /* Taken from the dispatch's batch before it got to it. */
             chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
             chime__drop_locked(t, garbage);
-        } else if (atomic_compare_exchange_strong(&t->state, &exp,
-                                                  CHIME_TASK_CANCELLED)) {
+        } else if (chime__task_cas_state(t, &exp, CHIME_TASK_CANCELLED)) {
             /* The dispatch holds it and will drop it, unstarted. */
             chime__completed_locked(p, t, CHIME_TASK_CANCELLED);
         } else {
@@ -487,8 +491,7 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
             t->flags |= CHIME_TF_REARM;
             t->run_deadline = d;
             int8_t exp = CHIME_TASK_BATCHED;
-            atomic_compare_exchange_strong(&t->state, &exp,
-                                           CHIME_TASK_REARMING);
+            chime__task_cas_state(t, &exp, CHIME_TASK_REARMING);
         }
     } else if (st == CHIME_TASK_READY || st == CHIME_TASK_BATCHED) {
         /* Already due and waiting for its loop: take it back into the
