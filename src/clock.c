@@ -10,7 +10,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "internal.h"
+#include "clock.h"
+#include "common.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -49,28 +50,8 @@ chime__abs_timespec(int64_t ns)
     return ts;
 }
 
-chime__alloc_hooks chime__alloc = {malloc, calloc, realloc, free};
-
-void
-chime__set_alloc_hooks(const chime__alloc_hooks *h)
-{
-    chime__alloc.malloc = h && h->malloc ? h->malloc : malloc;
-    chime__alloc.calloc = h && h->calloc ? h->calloc : calloc;
-    chime__alloc.realloc = h && h->realloc ? h->realloc : realloc;
-    chime__alloc.free = h && h->free ? h->free : free;
-}
-
 int64_t
 chime_now_ns(void)
 {
     return chime__monotonic_ns();
-}
-
-const char *
-chime_version(void)
-{
-#define CHIME_STR_(x) #x
-#define CHIME_STR(x) CHIME_STR_(x)
-    return CHIME_STR(CHIME_VERSION_MAJOR) "." CHIME_STR(
-        CHIME_VERSION_MINOR) "." CHIME_STR(CHIME_VERSION_PATCH);
 }

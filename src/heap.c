@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Array 4-ary min-heap of tasks; see heap.h for the design notes. */
-#include "internal.h"
+#include "heap.h"
+#include "task.h"
 
 #include <errno.h>
 #include <string.h>

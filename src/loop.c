@@ -1,23 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* Loop bindings: the ready queue, the eventfd readiness protocol, dispatch.
+/* Loop bindings: lifecycle, dispatch, posts and loop-targeted timers.
  *
  * Design notes
- * - A binding owns a ring of ready tasks and an eventfd. loop->mu guards
- *   the ring, the `signalled` flag, the fd and the counters. Lock order:
- *   pool->mu, then loop->mu (a worker moving a due task holds both).
- * - Readiness protocol (level-triggered, never loses a wake-up):
- *     producer, under loop->mu: push; if (!signalled) { signalled = true;
- *                                                        write(efd, 1); }
- *     dispatch, under loop->mu: pop one task at a time; when it finds the
- *                               ring empty: signalled = false; read(efd).
- *   The fd is therefore readable exactly while `signalled` is set, and
- *   `signalled` is cleared only by someone who saw the ring empty while
- *   holding the lock that every producer needs: a producer either pushed
- *   before (and the dispatcher sees its task) or pushes after (and finds
- *   `signalled` false, so it writes). One write per quiet->signalled
- *   transition, one read per drain, however many tasks in between.
- *   A dispatch that stops at batch_limit leaves `signalled` set and the fd
- *   readable, so the loop comes back after serving its other I/O.
+ * - A binding ties one event loop thread to a pool. Its timers live in the
+ *   pool's heap; a worker hands a due one over to the binding's ready queue
+ *   (ready.c) with one call, and the loop thread runs it in
+ *   chime_loop_dispatch(). Posts skip the heap: straight into the ring, in
+ *   post order.
  * - Batches: dispatch takes up to CHIME_LOOP_BATCH tasks off the ring in
  *   one critical section (state BATCHED, pointer in loop->batch[i]); then,
  *   unlocked, for each it claims the slot (exchange to NULL) and starts the
@@ -31,31 +20,25 @@
  *   the callback started. Run on the loop thread they never meet a claim
  *   in progress, so a task cancelled or re-armed there before its callback
  *   started never starts.
- * - The ring holds task pointers at absolute positions head..tail (uint32,
- *   wrapping); slot = position & (cap - 1). A ready task stores its position
- *   in heap_index (it is not in the heap meanwhile), so removing it is O(1):
- *   the slot becomes a tombstone that dispatch skips. Growing keeps every
- *   absolute position, so stored positions stay valid.
- * - Posts skip the heap: they go straight into the ring, in post order.
+ * - A dispatch that stops at batch_limit leaves the fd readable, so the
+ *   loop comes back after serving its other I/O.
  * - Teardown: close cancels the binding's tasks in the heap and the ring,
  *   and closes the fd under loop->mu, so a worker (which writes only under
  *   loop->mu after checking `closed`) can never write to a closed or reused
- *   fd. A close from one of the binding's own callbacks defers the free to
- *   the end of that dispatch.
+ *   fd. The binding's record stays allocated until chime_pool_destroy(), so
+ *   calls on a closed binding (a late post) get -ESHUTDOWN, never freed
+ *   memory.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "internal.h"
+#include "pool.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #define DEFAULT_BATCH 64u
-#define RING_MIN_CAP 64u
 #define CACHE_REFILL 64u /* nodes a post takes from the pool at once */
 #define CACHE_MAX 1024u  /* nodes a binding keeps for its posts */
 
@@ -68,197 +51,6 @@ chime_loop_options_init(chime_loop_options *o)
     o->batch_limit = DEFAULT_BATCH;
 }
 
-/* ---- the ring ---------------------------------------------------------- */
-
-static int
-ring_grow(struct chime_loop *l)
-{
-    uint32_t ncap = l->cap ? l->cap * 2 : RING_MIN_CAP;
-    if (ncap == 0 || ncap > (UINT32_C(1) << 30))
-        return -ENOMEM;
-    struct chime_ring_entry *nr = chime__calloc(ncap, sizeof(*nr));
-    if (nr == NULL)
-        return -ENOMEM;
-    for (uint32_t i = l->head; i != l->tail; i++)
-        nr[i & (ncap - 1)] = l->ring[i & (l->cap - 1)];
-    chime__free(l->ring);
-    l->ring = nr;
-    l->cap = ncap;
-    return 0;
-}
-
-static void
-signal_locked(struct chime_loop *l)
-{
-    if (l->signalled)
-        return;
-    uint64_t one = 1;
-    ssize_t n;
-    do
-        n = write(l->efd, &one, sizeof(one));
-    while (n < 0 && errno == EINTR);
-    /* EAGAIN would mean the counter is at its maximum: readable anyway. */
-    l->signalled = true;
-    l->st.wakeups++;
-}
-
-int
-chime__loop_push_locked(struct chime_loop *l, struct chime_task *t,
-                        int64_t deadline)
-{
-    if (l->tail - l->head == l->cap) {
-        int rc = ring_grow(l);
-        if (rc != 0)
-            return rc;
-    }
-    struct chime_ring_entry *e = &l->ring[l->tail & (l->cap - 1)];
-    e->task = t;
-    e->deadline = deadline;
-    t->heap_index = l->tail;
-    chime__task_set_state(t, CHIME_TASK_READY);
-    l->tail++;
-    l->live++;
-    signal_locked(l);
-    return 0;
-}
-
-void
-chime__loop_unqueue_locked(struct chime_loop *l, struct chime_task *t)
-{
-    CHIME_ASSERT(chime__task_state(t) == CHIME_TASK_READY &&
-                 l->ring[t->heap_index & (l->cap - 1)].task == t);
-    l->ring[t->heap_index & (l->cap - 1)].task = NULL;
-    t->heap_index = CHIME_HEAP_NONE;
-    l->live--;
-    chime__loop_tasks_sub(l->pool, 1);
-    /* The caller gives the task its next state. The fd stays readable
-     * until a dispatch finds the ring empty: a spurious dispatch costs one
-     * read, a lost one would cost a hang. */
-}
-
-static struct chime_task *
-pop_locked(struct chime_loop *l, int64_t *deadline)
-{
-    while (l->head != l->tail) {
-        struct chime_ring_entry *e = &l->ring[l->head & (l->cap - 1)];
-        struct chime_task *t = e->task;
-        e->task = NULL;
-        l->head++;
-        if (t != NULL) {
-            *deadline = e->deadline;
-            l->live--;
-            return t;
-        }
-    }
-    return NULL;
-}
-
-static void
-drain_locked(struct chime_loop *l)
-{
-    if (!l->signalled)
-        return;
-    uint64_t v;
-    ssize_t n;
-    do
-        n = read(l->efd, &v, sizeof(v));
-    while (n < 0 && errno == EINTR);
-    l->signalled = false;
-    l->st.drains++;
-}
-
-bool
-chime__loop_unbatch_locked(struct chime_loop *l, struct chime_task *t)
-{
-    /* A batched task's index field is taken by run_deadline: find its slot
-     * (a batch is at most CHIME_LOOP_BATCH long). */
-    for (uint32_t i = 0; i < l->batch_n; i++) {
-        if (atomic_load_explicit(&l->batch[i], memory_order_relaxed) != t)
-            continue;
-        if (chime__slot_claim(&l->batch[i]) != t)
-            return false; /* the dispatch claimed it just now */
-        chime__loop_tasks_sub(l->pool, 1);
-        return true;
-    }
-    return false;
-}
-
-/* Claims every task of the running dispatch's batch that has not started:
- * calls take(t) for each with the task owned by the caller. */
-static struct chime_task *
-claim_batch_locked(struct chime_loop *l, uint32_t *i)
-{
-    while (*i < l->batch_n) {
-        struct chime_task *t = chime__slot_claim(&l->batch[(*i)++]);
-        if (t != NULL) {
-            /* Unclaimed means not started: still BATCHED (a REARMING or
-             * cancelled one was claimed by the dispatch first). */
-            CHIME_ASSERT(chime__task_state(t) == CHIME_TASK_BATCHED);
-            chime__loop_tasks_sub(l->pool, 1);
-            return t;
-        }
-    }
-    return NULL;
-}
-
-void
-chime__loop_cancel_ready_locked(struct chime_loop *l, bool periodic_only,
-                                struct chime_task **garbage)
-{
-    struct chime_pool *p = l->pool;
-    if (!periodic_only) {
-        /* Batched periodic tasks may run: settling them cancels them. */
-        uint32_t i = 0;
-        struct chime_task *t;
-        while ((t = claim_batch_locked(l, &i)) != NULL) {
-            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-            chime__drop_locked(t, garbage);
-        }
-    }
-    for (uint32_t i = l->head; i != l->tail; i++) {
-        struct chime_task *t = l->ring[i & (l->cap - 1)].task;
-        if (t == NULL ||
-            (periodic_only && chime__task_kind(t) == CHIME_KIND_ONESHOT))
-            continue;
-        chime__loop_unqueue_locked(l, t);
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        chime__drop_locked(t, garbage);
-    }
-}
-
-size_t
-chime__loop_take_ready_locked(struct chime_loop *l, struct chime_task **list,
-                              struct chime_task **garbage)
-{
-    struct chime_pool *p = l->pool;
-    size_t n = 0;
-    uint32_t b = 0;
-    struct chime_task *t;
-    while ((t = claim_batch_locked(l, &b)) != NULL) {
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        chime_task_retain(t);
-        chime__drop_locked(t, garbage);
-        t->next = *list;
-        *list = t;
-        n++;
-    }
-    for (uint32_t i = l->head; i != l->tail; i++) {
-        struct chime_task *t = l->ring[i & (l->cap - 1)].task;
-        if (t == NULL)
-            continue;
-        chime__loop_unqueue_locked(l, t);
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        chime_task_retain(t); /* the pool's reference becomes the caller's */
-        chime__drop_locked(t, garbage);
-        t->next = *list;
-        *list = t;
-        n++;
-    }
-    return n;
-}
-
-/* ---- lifecycle ---------------------------------------------------------- */
-
 int
 chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
 {
@@ -266,20 +58,13 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
         *out = NULL;
     if (p == NULL || out == NULL)
         return -EINVAL;
-    if (chime__forked(p->fork_gen))
+    if (CHIME_FORKED(p))
         return -ECHILD;
     struct chime_loop *l = chime__calloc(1, sizeof(*l));
     if (l == NULL)
         return -ENOMEM;
-    int rc = pthread_mutex_init(&l->mu, NULL);
+    int rc = chime__ready_open(l);
     if (rc != 0) {
-        chime__free(l);
-        return -rc;
-    }
-    l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (l->efd < 0) {
-        rc = -errno;
-        pthread_mutex_destroy(&l->mu);
         chime__free(l);
         return rc;
     }
@@ -287,8 +72,6 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
     l->batch_limit = opts && opts->batch_limit ? opts->batch_limit
                                                : DEFAULT_BATCH;
     l->fork_gen = p->fork_gen;
-    CHIME_HB_ATOMIC(&l->current);
-    CHIME_HB_ATOMIC(&l->batch);
 
     pthread_mutex_lock(&p->mu);
     rc = p->run_state != CHIME_POOL_RUNNING ? -ESHUTDOWN : 0;
@@ -308,17 +91,12 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
     }
     if (rc != 0) {
         pthread_mutex_unlock(&p->mu);
-        close(l->efd);
-        pthread_mutex_destroy(&l->mu);
-        chime__free(l);
+        chime__ready_free(l);
         return rc;
     }
     p->loop_table[p->loop_count++] = l;
     l->id = (uint16_t)p->loop_count;
-    l->next = p->loops;
-    if (p->loops)
-        p->loops->prev = l;
-    p->loops = l;
+    chime__list_push(&p->loops, &l->link);
     pthread_mutex_unlock(&p->mu);
     *out = l;
     return 0;
@@ -356,14 +134,6 @@ chime_loop_set_thread(chime_loop *l)
     return rc;
 }
 
-void
-chime__loop_free(struct chime_loop *l)
-{
-    pthread_mutex_destroy(&l->mu);
-    chime__free(l->ring);
-    chime__free(l);
-}
-
 static int
 is_this_loops(struct chime_task *t, int64_t deadline, void *arg)
 {
@@ -394,45 +164,23 @@ chime_loop_close(chime_loop *l)
         return -EPERM;
     }
     l->closed = true;
-    if (l->prev)
-        l->prev->next = l->next;
-    else
-        p->loops = l->next;
-    if (l->next)
-        l->next->prev = l->prev;
+    /* The record stays until chime_pool_destroy(): a worker task that
+     * still posts to this binding gets -ESHUTDOWN, not a freed mutex. */
+    chime__list_remove(&l->link);
+    chime__list_push(&p->closed_loops, &l->link);
 
     /* Its timers still in the pool's heap, then its ready tasks. */
     chime__heap_filter(&p->heap, is_this_loops, l, &removed);
-    while (removed) {
-        struct chime_task *t = removed;
-        removed = t->next;
-        if (!chime__state_is_final(chime__task_state(t)))
-            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        chime__drop_locked(t, &garbage);
-    }
-    chime__loop_cancel_ready_locked(l, false, &garbage);
-    l->head = l->tail = 0;
-    chime__free(l->ring);
-    l->ring = NULL;
-    l->cap = 0;
-    close(l->efd);
-    l->efd = -1;
-    l->signalled = false;
+    chime__cancel_list_locked(p, removed, &garbage);
+    chime__cancel_ready_locked(p, l, false, &garbage);
+    chime__ready_close_locked(l);
     pthread_mutex_unlock(&l->mu);
-    /* The small shell stays until chime_pool_destroy(): a worker task
-     * that still posts to this binding gets -ESHUTDOWN, not a freed
-     * mutex. */
-    l->prev = NULL;
-    l->next = p->closed_loops;
-    p->closed_loops = l;
     chime__try_terminate_locked(p);
     pthread_mutex_unlock(&p->mu);
 
     chime__free_garbage(garbage);
     return 0;
 }
-
-/* ---- dispatch ----------------------------------------------------------- */
 
 /* A batched task that a cancel or re-arm reached after the dispatch had
  * claimed its slot: the CAS from BATCHED found CANCELLED (drop it) or
@@ -502,7 +250,7 @@ chime_loop_dispatch(chime_loop *l)
     if (!l->has_owner) {
         l->owner = pthread_self();
         l->has_owner = true;
-    } else if (!pthread_equal(l->owner, pthread_self())) {
+    } else if (!chime__ready_on_loop_thread_locked(l)) {
         pthread_mutex_unlock(&l->mu);
         return -EPERM;
     }
@@ -524,7 +272,7 @@ chime_loop_dispatch(chime_loop *l)
         uint32_t k = 0;
         for (; k < want; k++) {
             int64_t deadline;
-            struct chime_task *t = pop_locked(l, &deadline);
+            struct chime_task *t = chime__ready_pop_locked(l, &deadline);
             if (t == NULL)
                 break;
             t->run_deadline = deadline;
@@ -594,10 +342,7 @@ chime_loop_dispatch(chime_loop *l)
         }
     }
     l->fast_completed += fast;
-    if (l->live == 0 && !l->closed) {
-        l->head = l->tail; /* only tombstones left */
-        drain_locked(l);
-    }
+    chime__ready_drain_locked(l);
     l->dispatching = false;
     pthread_mutex_unlock(&l->mu);
     /* Fast-path tasks leave the count once per dispatch, not once each: the
@@ -612,8 +357,6 @@ chime_loop_dispatch(chime_loop *l)
     }
     return n;
 }
-
-/* ---- submission --------------------------------------------------------- */
 
 int
 chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
@@ -640,7 +383,7 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
             pthread_mutex_unlock(&p->mu);
             return -ESHUTDOWN;
         }
-        struct chime_task *t = chime__task_alloc_locked(p);
+        struct chime_task *t = chime__slab_alloc_locked(&p->slab);
         if (t == NULL) {
             pthread_mutex_unlock(&p->mu);
             return -ENOMEM;
@@ -659,7 +402,7 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
         unsigned n = 0;
         pthread_mutex_lock(&p->mu);
         for (; n < CACHE_REFILL; n++) {
-            struct chime_task *t = chime__task_alloc_locked(p);
+            struct chime_task *t = chime__slab_alloc_locked(&p->slab);
             if (t == NULL)
                 break;
             *chime__node_link(t) = list;
@@ -684,7 +427,7 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
         chime__node_reused(t);
         chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, 0, out != NULL);
         t->loop_id = l->id;
-        rc = chime__loop_push_locked(l, t, 0);
+        rc = chime__ready_push_locked(l, t, 0);
         if (rc != 0) {
             *chime__node_link(t) = l->cache;
             l->cache = t;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Tasks: allocation, references, and the handle operations.
+/* Task handles: references, readers, wait and sleep.
  *
  * Design notes
  * - State machine (task->state, written under the pool mutex):
@@ -7,11 +7,12 @@
  *     PENDING -> RUNNING -> DONE | FAILED    one-shot run / failed run
  *     PENDING | RUNNING -> CANCELLED         cancel, remove, shutdown
  *     (new) -> REJECTED                      rejection policies
- *   DONE, FAILED, CANCELLED and REJECTED are final: they never change
- *   again, so a final state read lock-free (acquire) lets a handle operation
- *   return without touching the pool, which may be destroyed by then.
- *   A RUNNING task that is cancelled becomes CANCELLED at once (waiters
- *   wake); the worker notices after the callback returns and drops it.
+ *   and for loop tasks PENDING -> READY -> BATCHED -> RUNNING (cancel.c,
+ *   ready.c). DONE, FAILED, CANCELLED and REJECTED are final: they never
+ *   change again, so a final state read lock-free (acquire) lets a handle
+ *   operation return without touching the pool, which may be destroyed by
+ *   then. A RUNNING task that is cancelled becomes CANCELLED at once
+ *   (waiters wake); its runner notices after the callback returns.
  * - References: one word, CHIME_REF_POOL while the pool holds the task
  *   (queued or running) plus a count of handle references. Whoever turns
  *   the word to 0 frees the task, never under a lock.
@@ -25,54 +26,9 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "internal.h"
+#include "pool.h"
 
 #include <errno.h>
-#include <stdlib.h>
-
-/* ---- the slab ------------------------------------------------------------
- * Tasks are 48-byte nodes carved from chunks the pool owns: no allocator
- * header per task, and allocation is a pointer pop under the pool lock the
- * submission takes anyway. A node is freed without any lock onto the
- * pool's remote stack; the pool takes that stack whole (exchange) when its
- * own list runs dry. The chunks go with the pool's memory, which every task
- * holding a handle keeps alive (CHIME_REF_POOLREF). */
-
-#define SLAB_CHUNK_TASKS 1024u
-
-#define node_link chime__node_link
-#define NODE_FREED chime__node_freed
-#define NODE_REUSED chime__node_reused
-
-struct chime_task *
-chime__task_alloc_locked(struct chime_pool *p)
-{
-    struct chime_task *t = p->free_tasks;
-    if (t == NULL) {
-        t = atomic_exchange_explicit(&p->remote_free, NULL,
-                                     memory_order_acquire);
-        CHIME_HB_AFTER(&p->remote_free);
-        if (t == NULL) {
-            /* A new chunk: its first word links the chunk list. */
-            size_t size = sizeof(struct chime_task) * (SLAB_CHUNK_TASKS + 1);
-            struct chime_task *c = chime__malloc(size);
-            if (c == NULL)
-                return NULL;
-            *node_link(c) = p->chunks;
-            p->chunks = c;
-            for (unsigned i = SLAB_CHUNK_TASKS; i >= 2; i--) {
-                *node_link(&c[i]) = t;
-                t = &c[i];
-                NODE_FREED(t);
-            }
-            p->free_tasks = t;
-            return &c[1];
-        }
-    }
-    NODE_REUSED(t);
-    p->free_tasks = *node_link(t);
-    return t;
-}
 
 void
 chime__task_init(struct chime_task *t, struct chime_pool *pool,
@@ -96,42 +52,6 @@ chime__task_init(struct chime_task *t, struct chime_pool *pool,
     t->loop_id = 0;
     if (with_handle)
         chime__pool_ref(pool);
-}
-
-void
-chime__task_free(struct chime_task *t)
-{
-    struct chime_pool *p = t->pool;
-    bool had_ref = atomic_load_explicit(&t->refs, memory_order_relaxed) &
-                   CHIME_REF_POOLREF;
-    /* Poisoned before it is published: once pushed, another thread may
-     * take it and unpoison it for reuse. */
-    NODE_FREED(t);
-    CHIME_HB_BEFORE(&p->remote_free);
-    struct chime_task *head =
-        atomic_load_explicit(&p->remote_free, memory_order_relaxed);
-    do
-        *node_link(t) = head;
-    while (!atomic_compare_exchange_weak_explicit(
-        &p->remote_free, &head, t, memory_order_release, memory_order_relaxed));
-    /* After the push: the pool's memory (and the chunk) may go now. */
-    if (had_ref)
-        chime__pool_unref(p);
-}
-
-void
-chime__task_drop_pool_ref(struct chime_task *t)
-{
-    uint32_t old = chime__task_refs_and(t, ~CHIME_REF_POOL);
-    CHIME_ASSERT(old & CHIME_REF_POOL);
-    if ((old & CHIME_REF_HANDLES) == 0)
-        chime__task_free(t);
-}
-
-struct chime_loop *
-chime__task_loop(const struct chime_task *t)
-{
-    return t->loop_id ? t->pool->loop_table[t->loop_id - 1] : NULL;
 }
 
 chime_task *
@@ -236,7 +156,7 @@ chime_task_remaining(chime_task *t)
     if (t == NULL || chime__state_is_final(chime__task_state(t)))
         return 0;
     struct chime_pool *p = t->pool;
-    if (chime__forked(p->fork_gen))
+    if (CHIME_FORKED(p))
         return 0;
     pthread_mutex_lock(&p->mu);
     int64_t r = 0;
@@ -303,7 +223,7 @@ chime_task_wait(chime_task *t, int64_t timeout_ns, void **result)
     struct chime_pool *p = t->pool;
     /* In a forked child nothing will ever complete an inherited task: say
      * so, even to a poll, as every pool and binding call does. */
-    if (chime__forked(p->fork_gen))
+    if (CHIME_FORKED(p))
         return -ECHILD;
     if (timeout_ns == 0)
         return -ETIMEDOUT;
@@ -335,7 +255,7 @@ chime_task_sleep(chime_task *t, int64_t ns)
     if (t == NULL)
         return -EINVAL;
     struct chime_pool *p = t->pool;
-    if (chime__forked(p->fork_gen))
+    if (CHIME_FORKED(p))
         return -ECHILD;
     struct timespec ts =
         chime__abs_timespec(chime__sat_add(chime__monotonic_ns(), ns));
@@ -358,185 +278,6 @@ chime_task_sleep(chime_task *t, int64_t ns)
     }
     p->waiters--;
     pthread_mutex_unlock(&p->mu);
-    return rc;
-}
-
-int
-chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
-                     unsigned flags, bool queued_only,
-                     struct chime_task **garbage)
-{
-    struct chime_loop *l = chime__task_loop(t);
-    int st = chime__task_state(t);
-    if (st == CHIME_TASK_RUNNING) {
-        if (queued_only)
-            return -ENOENT;
-        /* The callback finishes its current run; whoever runs it sees the
-         * final state afterwards, discards the result and drops the task. */
-        if (flags & CHIME_CANCEL_INTERRUPT)
-            chime__task_interrupt(t);
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-    } else if (st == CHIME_TASK_READY) {
-        /* Due and waiting for its loop: it will never start. */
-        chime__loop_unqueue_locked(l, t);
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        chime__drop_locked(t, garbage);
-    } else if (st == CHIME_TASK_BATCHED || st == CHIME_TASK_REARMING) {
-        int8_t exp = (int8_t)st;
-        if (st == CHIME_TASK_BATCHED && chime__loop_unbatch_locked(l, t)) {
-            /* Taken from the dispatch's batch before it got to it. */
-            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-            chime__drop_locked(t, garbage);
-        } else if (chime__task_cas_state(t, &exp, CHIME_TASK_CANCELLED)) {
-            /* The dispatch holds it and will drop it, unstarted. */
-            chime__completed_locked(p, t, CHIME_TASK_CANCELLED);
-        } else {
-            /* It started in the meantime: cancel a running task. */
-            CHIME_ASSERT(exp == CHIME_TASK_RUNNING);
-            if (queued_only)
-                return -ENOENT;
-            if (flags & CHIME_CANCEL_INTERRUPT)
-                chime__task_interrupt(t);
-            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        }
-    } else {
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        if (p->remove_on_cancel && (t->flags & CHIME_TF_INHEAP)) {
-            /* Out of the queue for everyone at once (pending, contains,
-             * capacity); the slot is reclaimed lazily: at the head, or by
-             * a compaction once half the heap is such tasks, which makes
-             * cancel O(1) amortized instead of a sift through the heap. */
-            t->flags |= CHIME_TF_LAZY;
-            if (++p->heap.lazy >= 64 && p->heap.lazy * 2 > p->heap.len)
-                chime__compact_locked(p, garbage);
-        }
-        /* Otherwise retained (remove_on_cancel off, Java's behaviour):
-         * dropped when it reaches the head at its deadline, or by purge;
-         * in a shut-down pool try_terminate wakes a worker to drop a
-         * retained head at once. */
-    }
-    return 0;
-}
-
-int
-chime_task_cancel(chime_task *t, unsigned flags)
-{
-    if (t == NULL || (flags & ~CHIME_CANCEL_INTERRUPT) != 0)
-        return -EINVAL;
-    /* Final states never change and the pool may be gone: answer
-     * without touching it. */
-    if (chime__state_is_final(chime__task_state(t)))
-        return -EALREADY;
-
-    struct chime_pool *p = t->pool;
-    if (chime__forked(p->fork_gen))
-        return -ECHILD;
-    struct chime_task *garbage = NULL;
-    pthread_mutex_lock(&p->mu);
-    /* Final states are only reached under pool->mu: checked first, since
-     * a finished loop task's binding may be gone. */
-    if (chime__state_is_final(chime__task_state(t))) {
-        pthread_mutex_unlock(&p->mu);
-        return -EALREADY;
-    }
-    /* A live loop task's binding is open, and its state also moves under
-     * the binding's lock (dispatch starts it there): hold both. */
-    struct chime_loop *l = chime__task_loop(t);
-    if (l)
-        pthread_mutex_lock(&l->mu);
-    int rc = chime__cancel_locked(p, t, flags, false, &garbage);
-    if (l)
-        pthread_mutex_unlock(&l->mu);
-    chime__try_terminate_locked(p);
-    pthread_mutex_unlock(&p->mu);
-    chime__free_garbage(garbage);
-    return rc;
-}
-
-int
-chime_task_rearm(chime_task *t, int64_t delay_ns)
-{
-    if (t == NULL)
-        return -EINVAL;
-    if (chime__state_is_final(chime__task_state(t)))
-        return -EALREADY;
-
-    struct chime_pool *p = t->pool;
-    if (chime__forked(p->fork_gen))
-        return -ECHILD;
-    struct chime_task *garbage = NULL;
-    int rc = 0;
-    pthread_mutex_lock(&p->mu);
-    if (chime__state_is_final(chime__task_state(t))) {
-        pthread_mutex_unlock(&p->mu);
-        return -EALREADY; /* see chime_task_cancel */
-    }
-    struct chime_loop *l = chime__task_loop(t);
-    if (l)
-        pthread_mutex_lock(&l->mu);
-    int st = chime__task_state(t);
-    int64_t d = chime__deadline_after(chime__pool_now(p), delay_ns);
-    if (st == CHIME_TASK_RUNNING) {
-        t->flags |= CHIME_TF_REARM;
-        t->run_deadline = d;
-    } else if (st == CHIME_TASK_REARMING) {
-        t->run_deadline = d; /* the dispatch that holds it requeues it */
-    } else if (st == CHIME_TASK_BATCHED &&
-               !((rc = chime__heap_reserve(&p->heap)) == 0 &&
-                 chime__loop_unbatch_locked(l, t))) {
-        if (rc == 0) {
-            /* The dispatch claimed it: it requeues it instead of running
-             * it (REARMING), unless it already started (then this is a
-             * re-arm of a running task, which the same flag expresses). */
-            t->flags |= CHIME_TF_REARM;
-            t->run_deadline = d;
-            int8_t exp = CHIME_TASK_BATCHED;
-            chime__task_cas_state(t, &exp, CHIME_TASK_REARMING);
-        }
-    } else if (st == CHIME_TASK_READY || st == CHIME_TASK_BATCHED) {
-        /* Already due and waiting for its loop: take it back into the
-         * heap; it will not run at its old time. */
-        if (st == CHIME_TASK_BATCHED ||
-            (rc = chime__heap_reserve(&p->heap)) == 0) {
-            if (st == CHIME_TASK_READY)
-                chime__loop_unqueue_locked(l, t);
-            /* Back into the heap (cannot fail: reserved), or cancelled if
-             * the run state or a closed binding no longer allows it. */
-            chime__requeue_locked(p, t, d, &garbage);
-        }
-    } else {
-        CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
-        /* A fresh sequence number: the re-armed task queues behind tasks
-         * already due at the same instant, as a new submission would. */
-        t->seq = p->next_seq++;
-        int64_t slot = chime__heap_deadline(&p->heap, t);
-        if (d > slot && chime__task_kind(t) == CHIME_KIND_ONESHOT) {
-            /* Later: the connection-timeout reset. Keep the slot where it
-             * is (the new sequence number only re-checks it against its
-             * children: one cache line) and remember the real deadline;
-             * the task moves when its old slot reaches the head. O(1)
-             * instead of a sift to the bottom of the heap. */
-            t->defer_deadline = d;
-            t->flags |= CHIME_TF_DEFER;
-            chime__heap_update(&p->heap, t, slot);
-        } else {
-            t->flags &= (uint8_t)~CHIME_TF_DEFER;
-            chime__heap_update(&p->heap, t, d);
-            if (t->heap_index == 0)
-                chime__new_head_locked(p);
-        }
-    }
-    /* A loop task taken back into the heap may be the only work of a pool
-     * that has no worker now (posts start none; a zero-core pool's worker
-     * leaves when the heap is empty). */
-    int need = l != NULL && (t->flags & CHIME_TF_INHEAP) &&
-               chime__need_worker_locked(p);
-    if (l)
-        pthread_mutex_unlock(&l->mu);
-    pthread_mutex_unlock(&p->mu);
-    chime__free_garbage(garbage);
-    if (need)
-        chime__spawn(p);
     return rc;
 }
 

@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: MIT */
+/* Monotonic time and saturating deadline arithmetic (clock.c). */
+#ifndef CHIME_CLOCK_H
+#define CHIME_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+/* Saturating deadline arithmetic (clock.c). */
+int64_t chime__deadline_after(int64_t now, int64_t delay);
+int64_t chime__sat_add(int64_t a, int64_t b);
+int64_t chime__monotonic_ns(void);
+/* Absolute CLOCK_MONOTONIC ns -> timespec for pthread_cond_timedwait. */
+struct timespec chime__abs_timespec(int64_t ns);
+
+#endif

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/* Completion, the pool's references, and termination.
+ *
+ * Design notes
+ * - A task completes exactly once, under pool->mu: its final state is
+ *   published by a release store (chime__task_set_state) after its outcome
+ *   is written, so a handle may read it lock-free. Waiters sleep on done_cv,
+ *   broadcast only while someone waits (pool->waiters).
+ * - The pool's reference on a task (CHIME_REF_POOL) is dropped under the
+ *   lock; a task nobody holds any more goes on a garbage list that the
+ *   caller frees after unlocking (never free under the lock).
+ * - The pool's memory outlives chime_pool_destroy() while tasks with a
+ *   handle hold it (pool->refs): a waiter never sees the mutex freed.
+ * - Termination: run_state >= SHUTDOWN, queue empty, no loop task in a
+ *   ready ring or running, no worker left (nthreads == 0 and nexiting ==
+ *   0). Then TIDYING, the terminated hook (unlocked), TERMINATED, and
+ *   term_cv is broadcast.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "pool.h"
+
+void
+chime__pool_ref(struct chime_pool *p)
+{
+    atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+}
+
+static void
+pool_free_shell(struct chime_pool *p)
+{
+    chime__slab_destroy(&p->slab);
+    chime__free(p->loop_table);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->leader_cv);
+    pthread_cond_destroy(&p->follower_cv);
+    pthread_cond_destroy(&p->done_cv);
+    pthread_cond_destroy(&p->term_cv);
+    chime__free(p);
+}
+
+void
+chime__pool_unref(struct chime_pool *p)
+{
+    CHIME_HB_BEFORE(&p->refs);
+    if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1) {
+        CHIME_HB_AFTER(&p->refs);
+        pool_free_shell(p);
+    }
+}
+
+void
+chime__complete_locked(struct chime_pool *p, struct chime_task *t, int state,
+                       int err)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    CHIME_ASSERT(!chime__state_is_final(chime__task_state(t)));
+    /* The error shares storage with the queue index: a cancelled task may
+     * still sit in the heap (remove_on_cancel off), and its error is
+     * implied anyway. */
+    if (state == CHIME_TASK_FAILED || state == CHIME_TASK_REJECTED)
+        t->error = err;
+    chime__task_set_state(t, state);
+    chime__completed_locked(p, t, state);
+}
+
+void
+chime__completed_locked(struct chime_pool *p, struct chime_task *t, int state)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    t->flags &= (uint8_t)~CHIME_TF_REARM;
+    switch (state) {
+    case CHIME_TASK_CANCELLED:
+        p->st.cancelled++;
+        break;
+    case CHIME_TASK_FAILED:
+        p->st.failed++;
+        break;
+    case CHIME_TASK_REJECTED:
+        p->st.rejected++;
+        break;
+    default:
+        break;
+    }
+    if (p->waiters)
+        pthread_cond_broadcast(&p->done_cv);
+}
+
+void
+chime__drop_locked(struct chime_task *t, struct chime_task **garbage)
+{
+    CHIME_ASSERT_HELD(&t->pool->mu);
+    uint32_t old = chime__task_refs_and(t, ~CHIME_REF_POOL);
+    CHIME_ASSERT(old & CHIME_REF_POOL);
+    if ((old & CHIME_REF_HANDLES) == 0) {
+        t->next = *garbage;
+        *garbage = t;
+    }
+}
+
+void
+chime__free_garbage(struct chime_task *list)
+{
+    while (list) {
+        struct chime_task *next = list->next;
+        chime__task_free(list);
+        list = next;
+    }
+}
+
+void
+chime__task_free(struct chime_task *t)
+{
+    struct chime_pool *p = t->pool;
+    bool had_ref = atomic_load_explicit(&t->refs, memory_order_relaxed) &
+                   CHIME_REF_POOLREF;
+    chime__slab_free(&p->slab, t);
+    /* After the push: the pool's memory (and the chunk) may go now. */
+    if (had_ref)
+        chime__pool_unref(p);
+}
+
+void
+chime__task_drop_pool_ref(struct chime_task *t)
+{
+    uint32_t old = chime__task_refs_and(t, ~CHIME_REF_POOL);
+    CHIME_ASSERT(old & CHIME_REF_POOL);
+    if ((old & CHIME_REF_HANDLES) == 0)
+        chime__task_free(t);
+}
+
+static int
+is_lazy(struct chime_task *t, int64_t deadline, void *arg)
+{
+    (void)deadline;
+    (void)arg;
+    return (t->flags & CHIME_TF_LAZY) != 0;
+}
+
+void
+chime__compact_locked(struct chime_pool *p, struct chime_task **garbage)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    struct chime_task *removed = NULL;
+    chime__heap_filter(&p->heap, is_lazy, NULL, &removed);
+    chime__cancel_list_locked(p, removed, garbage); /* all cancelled */
+    /* The head may have changed: the leader re-reads it. */
+    chime__new_head_locked(p);
+}
+
+void
+chime__new_head_locked(struct chime_pool *p)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    if (p->leader)
+        pthread_cond_signal(&p->leader_cv);
+    else
+        pthread_cond_signal(&p->follower_cv);
+}
+
+void
+chime__try_terminate_locked(struct chime_pool *p)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    if (p->run_state != CHIME_POOL_SHUTDOWN && p->run_state != CHIME_POOL_STOP)
+        return;
+    if (p->heap.len != 0) {
+        /* A cancelled task retained at the head (remove_on_cancel off)
+         * may be all that is left: wake a worker to drop it now rather
+         * than at its old deadline (never, with a custom clock). */
+        if (chime__state_is_final(
+                chime__task_state(chime__heap_peek(&p->heap))))
+            chime__new_head_locked(p);
+        return;
+    }
+    if (atomic_load_explicit(&p->loop_tasks, memory_order_seq_cst) != 0)
+        return;
+    CHIME_HB_AFTER(&p->loop_tasks);
+    if (p->nthreads != 0) {
+        /* Idle workers of a shut-down pool with an empty queue must
+         * exit, but may be asleep waiting for a task that was just
+         * removed (the leader waits untimed with a custom clock). */
+        pthread_cond_broadcast(&p->follower_cv);
+        pthread_cond_signal(&p->leader_cv);
+        return;
+    }
+    if (p->nexiting != 0)
+        return;
+    p->run_state = CHIME_POOL_TIDYING;
+    if (p->on_terminated) {
+        pthread_mutex_unlock(&p->mu);
+        struct chime__frame f;
+        chime__enter(&f, p, CHIME_FRAME_TERMINATED);
+        p->on_terminated(p, p->hook_ctx);
+        chime__leave(&f);
+        pthread_mutex_lock(&p->mu);
+    }
+    p->run_state = CHIME_POOL_TERMINATED;
+    pthread_cond_broadcast(&p->term_cv);
+}
+
+void
+chime__cancel_list_locked(struct chime_pool *p, struct chime_task *list,
+                          struct chime_task **garbage)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    while (list) {
+        struct chime_task *t = list;
+        list = t->next;
+        if (!chime__state_is_final(chime__task_state(t)))
+            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime__drop_locked(t, garbage);
+    }
+}

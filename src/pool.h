@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: MIT */
+/* The pool record and the functions its files share. Not API.
+ *
+ * Files of the pool layer, each calling only the ones listed after it (and
+ * the layers below: ready.c, slab.c, heap.c, clock.c); the binding (loop.c)
+ * calls into them from above. scripts/layers.sh checks this order:
+ *   pool.c      creation, settings, queue inspection, stats
+ *   shutdown.c  shutdown, shutdown_now, termination wait, destroy
+ *   cancel.c    cancel and re-arm: the queued/ready/batched state machine
+ *   submit.c    submission and the rejection policies
+ *   task.c      handles: references, readers, wait, sleep
+ *   worker.c    worker threads: take, run, settle
+ *   complete.c  completion, the pool's references, termination
+ *   context.c   which pool's code this thread runs; fork detection
+ */
+#ifndef CHIME_POOL_H
+#define CHIME_POOL_H
+
+#include "clock.h"
+#include "heap.h"
+#include "list.h"
+#include "ready.h"
+#include "slab.h"
+#include "task.h"
+
+/* Pool run states, in order; they only move forward. */
+enum {
+    CHIME_POOL_RUNNING = 0,
+    CHIME_POOL_SHUTDOWN,
+    CHIME_POOL_STOP,
+    CHIME_POOL_TIDYING,
+    CHIME_POOL_TERMINATED,
+};
+
+struct chime_worker {
+    struct chime_pool *pool;
+    struct chime_task *current; /* pool mutex: task being run, or NULL */
+    struct chime_list link;     /* pool mutex: pool->workers */
+    struct chime_task *garbage; /* worker-private: tasks to free unlocked */
+    unsigned index;
+};
+
+struct chime_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t leader_cv;   /* only the leader waits here (timed) */
+    pthread_cond_t follower_cv; /* idle workers and followers (untimed) */
+    pthread_cond_t done_cv;     /* task completion: wait() and sleep() */
+    pthread_cond_t term_cv;     /* reaching TERMINATED */
+
+    /* Everything below is guarded by mu unless marked otherwise. */
+    chime_heap heap;
+    uint32_t next_seq;  /* wraps; compared with wrap-around */
+    int run_state;
+    /* The task slab (slab.c): nodes handed out under mu, freed from any
+     * thread without it; chunks freed with the pool's memory. */
+    struct chime_slab slab;
+    /* Bindings by id (task->loop_id - 1); slots are never reused. */
+    struct chime_loop **loop_table;
+    uint32_t loop_count, loop_cap;
+    struct chime_worker *leader; /* the one timed waiter, or NULL */
+    struct chime_list workers; /* started workers (struct chime_worker) */
+    unsigned core;      /* core thread setting */
+    unsigned nthreads;  /* workers started (or being started) and not
+                           yet decided to exit: they may take tasks */
+    unsigned nexiting;  /* workers that decided to exit, still running
+                           their stop hook */
+    unsigned nlive;     /* worker threads running worker_main now */
+    unsigned next_index;
+    unsigned waiters;   /* threads in chime_task_wait/chime_task_sleep */
+    bool have_last;     /* last_exited holds a thread to join */
+    pthread_t last_exited;
+    bool destroyed;
+    struct chime_list loops; /* open bindings (struct chime_loop) */
+    struct chime_list closed_loops; /* closed bindings, freed by destroy
+                                       so a late post gets -ESHUTDOWN
+                                       instead of touching freed memory */
+    unsigned fork_gen;        /* chime__fork_gen at creation */
+    /* Mirror of run_state == RUNNING for lock-free readers (posts). */
+    _Atomic bool accepting;
+    /* Loop tasks in a ready ring or running on a loop thread: accepted
+     * work that termination must wait for. Atomic because posts add to it
+     * without the pool lock (see chime_loop_post). */
+    _Atomic size_t loop_tasks;
+
+    chime_pool_stats st; /* counters; pending/running/threads derived */
+
+    /* Settings: copied at creation; the policy flags change under mu. */
+    size_t max_pending;
+    size_t stack_size;
+    char name[16];
+    chime_thread_create_fn create_thread;
+    chime_thread_hook_fn on_thread_start, on_thread_stop;
+    chime_task_hook_fn before_run, after_run, on_error;
+    chime_pool_hook_fn on_terminated;
+    void *hook_ctx;
+    chime_reject_policy reject_policy;
+    chime_reject_fn on_reject;
+    void *reject_ctx;
+    bool execute_delayed;
+    bool continue_periodic;
+    bool remove_on_cancel;
+    chime_clock_fn clock;
+    void *clock_ctx;
+
+    _Atomic size_t refs; /* owner (until destroy) + tasks with poolref */
+};
+
+/* The deadline of a queued task (its slot's, or the deferred one). */
+static inline int64_t
+chime__queued_deadline(const chime_heap *h, const struct chime_task *t)
+{
+    return (t->flags & CHIME_TF_DEFER) ? t->defer_deadline
+                                       : chime__heap_deadline(h, t);
+}
+
+/* The binding of a loop task, or NULL. */
+static inline struct chime_loop *
+chime__task_loop(const struct chime_task *t)
+{
+    return t->loop_id ? t->pool->loop_table[t->loop_id - 1] : NULL;
+}
+
+/* fork detection: bumped in every child by a pthread_atfork handler. */
+extern _Atomic unsigned chime__fork_gen;
+void chime__fork_init(void);
+static inline bool
+chime__forked(unsigned gen)
+{
+    return atomic_load_explicit(&chime__fork_gen, memory_order_relaxed) != gen;
+}
+
+/* Takes n from the count of loop tasks that termination waits for
+ * (seq_cst): a loop thread's work on a task happens before termination,
+ * which reads the count, sees it leave. Returns the old count. */
+static inline size_t
+chime__loop_tasks_sub(struct chime_pool *p, size_t n)
+{
+    CHIME_HB_BEFORE(&p->loop_tasks);
+    return atomic_fetch_sub(&p->loop_tasks, n);
+}
+
+static inline int64_t
+chime__pool_now(const struct chime_pool *p)
+{
+    return p->clock ? p->clock(p->clock_ctx) : chime__monotonic_ns();
+}
+
+/* ---- context.c: whose code this thread runs ----------------------------- */
+/* The task being run by this thread (its callback), or NULL. */
+struct chime_task *chime__current_task(void);
+/* A frame of user code of a pool on this thread's stack (see pool.c). */
+enum {
+    CHIME_FRAME_TASK = 1u << 0,       /* a task callback and its hooks */
+    CHIME_FRAME_TERMINATED = 1u << 1, /* the on_terminated hook */
+    CHIME_FRAME_HOOK = 1u << 2,       /* on_reject, the thread factory */
+    CHIME_FRAME_ANY = 7u,
+};
+struct chime__frame {
+    struct chime_pool *pool;
+    unsigned kind;
+    struct chime__frame *up;
+};
+void chime__enter(struct chime__frame *f, struct chime_pool *p, unsigned kind);
+void chime__leave(struct chime__frame *f);
+/* Runs one execution of t on the calling thread, no lock held: before_run,
+ * the callback, after_run, on_error (the one sequence every path uses),
+ * with t as the thread's current task. Returns the callback's value; its
+ * result goes to *result. */
+int chime__invoke(struct chime_pool *p, struct chime_task *t, void **result);
+/* Records that this thread is a worker of p (NULL: no longer). */
+void chime__set_worker_pool(struct chime_pool *p);
+/* Is the calling thread one of p's workers? */
+bool chime__on_own_worker(const struct chime_pool *p);
+/* Is this thread inside user code of p of one of these kinds of frame? */
+bool chime__inside(const struct chime_pool *p, unsigned kinds);
+/* In a forked child, a pool's lock may be held by a thread that does not
+ * exist there: every entry point that would take it answers first. */
+#define CHIME_FORKED(p) chime__forked((p)->fork_gen)
+
+/* ---- complete.c: completion, references, termination ------------------- */
+/* Completes t with a final state (lock held) and does its bookkeeping. */
+void chime__complete_locked(struct chime_pool *p, struct chime_task *t,
+                            int state, int err);
+/* The bookkeeping of completion (counters, waking waiters) for a task whose
+ * final state was already set (by a CAS). */
+void chime__completed_locked(struct chime_pool *p, struct chime_task *t,
+                             int state);
+/* Drops the pool's reference on t; a task to free goes on *garbage. */
+void chime__drop_locked(struct chime_task *t, struct chime_task **garbage);
+/* Completes as cancelled each task on list (through task->next) that has
+ * not completed yet, and drops the pool's reference on each: the tasks a
+ * heap filter or a ready-queue take removed. */
+void chime__cancel_list_locked(struct chime_pool *p, struct chime_task *list,
+                               struct chime_task **garbage);
+/* Frees the tasks on list (through task->next). No lock held. */
+void chime__free_garbage(struct chime_task *list);
+/* Drops the pool's reference; frees the task if nothing else holds it. Must
+ * be called without any chime lock held. */
+void chime__task_drop_pool_ref(struct chime_task *t);
+/* Returns a task nobody holds to its pool's slab. No lock held. */
+void chime__task_free(struct chime_task *t);
+/* The heap's head may have changed: the leader (or a follower) looks. */
+void chime__new_head_locked(struct chime_pool *p);
+/* Takes every lazily cancelled task out of the heap in one O(n) pass. */
+void chime__compact_locked(struct chime_pool *p, struct chime_task **garbage);
+/* Completes termination if it is due. May release and re-take mu (to run
+ * the terminated hook). */
+void chime__try_terminate_locked(struct chime_pool *p);
+void chime__pool_ref(struct chime_pool *p);
+void chime__pool_unref(struct chime_pool *p);
+
+/* ---- worker.c: worker threads ------------------------------------------ */
+/* May this queued task still run in the current run state? */
+bool chime__can_run_locked(struct chime_pool *p, struct chime_task *t,
+                           int64_t deadline, int64_t now);
+/* Reserves a worker slot if the pool needs a thread to serve its heap
+ * (lock held); returns 1 if the caller must call chime__spawn() unlocked. */
+int chime__need_worker_locked(struct chime_pool *p);
+/* Starts one worker for a slot already reserved in nthreads; on failure
+ * the slot is given back. Returns 0 or a negative errno. No lock held. */
+int chime__spawn(struct chime_pool *p);
+/* Settles a task whose callback just returned rc (lock held): completes it
+ * or requeues it (periodic, re-armed). from_worker: the caller is a worker
+ * that will look at the heap itself, so a new head needs no extra wake-up. */
+void chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
+                          void *result, bool from_worker,
+                          struct chime_task **garbage);
+/* Puts a task that left the heap (a loop task re-armed or requeued from
+ * the loop side) back at deadline, or cancels it if the run state or its
+ * closed binding forbids; lock held. */
+void chime__requeue_locked(struct chime_pool *p, struct chime_task *t,
+                           int64_t deadline, struct chime_task **garbage);
+
+/* ---- task.c: handles ---------------------------------------------------- */
+/* Initialises a fresh task (state PENDING, the pool bit set). */
+void chime__task_init(struct chime_task *t, struct chime_pool *pool,
+                      chime_task_fn fn, void *arg, int kind, int64_t period,
+                      int with_handle);
+
+/* ---- submit.c: submission and rejection -------------------------------- */
+/* Submission shared by pool and loop entry points. */
+int chime__submit(struct chime_pool *p, struct chime_loop *loop,
+                  chime_task_fn fn, void *arg, int kind, int64_t delay,
+                  int64_t period, chime_task **out);
+/* Handles a rejected submission; called with pool->mu held, returns with
+ * it released. Returns what the submission returns, or 1: retry (room was
+ * made). */
+int chime__reject_unlock(struct chime_pool *p, struct chime_task *t,
+                         int reason, chime_task **out);
+
+/* ---- cancel.c: the cancel and re-arm state machine ---------------------- */
+/* Cancels t, a task of p that has not completed (pool->mu held, and its
+ * binding's mu for a loop task). queued_only: only if it has not started
+ * (in the heap, or due and waiting for its loop); returns -ENOENT, doing
+ * nothing, for a running task. Returns 0 when cancelled. */
+int chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
+                         unsigned flags, bool queued_only,
+                         struct chime_task **garbage);
+/* Completes as cancelled every task of l that has not started (only the
+ * periodic ones if periodic_only); both locks held. */
+void chime__cancel_ready_locked(struct chime_pool *p, struct chime_loop *l,
+                                bool periodic_only,
+                                struct chime_task **garbage);
+
+/* ---- shutdown.c ---------------------------------------------------------- */
+/* Applies the shutdown policies to what is queued (Java's onShutdown). */
+void chime__on_shutdown_locked(struct chime_pool *p,
+                               struct chime_task **garbage);
+
+#endif

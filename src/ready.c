@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: MIT */
+/* A binding's ready queue and readiness fd: where the pool hands due loop
+ * tasks over and the loop's dispatch takes them.
+ *
+ * Design notes
+ * - loop->mu guards the ring, the `signalled` flag, the fd and the
+ *   counters. This file knows tasks and the ring, nothing of the pool:
+ *   whoever moves a task in or out does the pool's accounting.
+ * - Readiness protocol (level-triggered, never loses a wake-up):
+ *     producer, under loop->mu: push; if (!signalled) { signalled = true;
+ *                                                        write(efd, 1); }
+ *     dispatch, under loop->mu: pop one task at a time; when it finds the
+ *                               ring empty: signalled = false; read(efd).
+ *   The fd is therefore readable exactly while `signalled` is set, and
+ *   `signalled` is cleared only by someone who saw the ring empty while
+ *   holding the lock that every producer needs: a producer either pushed
+ *   before (and the dispatcher sees its task) or pushes after (and finds
+ *   `signalled` false, so it writes). One write per quiet->signalled
+ *   transition, one read per drain, however many tasks in between.
+ * - The ring holds task pointers at absolute positions head..tail (uint32,
+ *   wrapping); slot = position & (cap - 1). A ready task stores its position
+ *   in heap_index (it is not in the heap meanwhile), so removing it is O(1):
+ *   the slot becomes a tombstone that dispatch skips. Growing keeps every
+ *   absolute position, so stored positions stay valid.
+ * - Batch slots (loop->batch): a running dispatch takes up to
+ *   CHIME_LOOP_BATCH tasks at once (state BATCHED); a slot is claimed by
+ *   whoever exchanges it to NULL first, the dispatcher (to run it) or a
+ *   cancel, re-arm, shutdown_now or close under loop->mu (to take it away
+ *   before it starts).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "heap.h"
+#include "ready.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define RING_MIN_CAP 64u
+
+static int
+ring_grow(struct chime_loop *l)
+{
+    uint32_t ncap = l->cap ? l->cap * 2 : RING_MIN_CAP;
+    if (ncap == 0 || ncap > (UINT32_C(1) << 30))
+        return -ENOMEM;
+    struct chime_ring_entry *nr = chime__calloc(ncap, sizeof(*nr));
+    if (nr == NULL)
+        return -ENOMEM;
+    for (uint32_t i = l->head; i != l->tail; i++)
+        nr[i & (ncap - 1)] = l->ring[i & (l->cap - 1)];
+    chime__free(l->ring);
+    l->ring = nr;
+    l->cap = ncap;
+    return 0;
+}
+
+static void
+signal_locked(struct chime_loop *l)
+{
+    if (l->signalled)
+        return;
+    uint64_t one = 1;
+    ssize_t n;
+    do
+        n = write(l->efd, &one, sizeof(one));
+    while (n < 0 && errno == EINTR);
+    /* EAGAIN would mean the counter is at its maximum: readable anyway. */
+    l->signalled = true;
+    l->st.wakeups++;
+}
+
+int
+chime__ready_open(struct chime_loop *l)
+{
+    int rc = pthread_mutex_init(&l->mu, NULL);
+    if (rc != 0)
+        return -rc;
+    l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (l->efd < 0) {
+        rc = -errno;
+        pthread_mutex_destroy(&l->mu);
+        return rc;
+    }
+    chime__list_init(&l->link);
+    CHIME_HB_ATOMIC(&l->current);
+    CHIME_HB_ATOMIC(&l->batch);
+    return 0;
+}
+
+void
+chime__ready_close_locked(struct chime_loop *l)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    CHIME_ASSERT(l->closed && l->live == 0);
+    l->head = l->tail = 0;
+    chime__free(l->ring);
+    l->ring = NULL;
+    l->cap = 0;
+    close(l->efd);
+    l->efd = -1;
+    l->signalled = false;
+}
+
+void
+chime__ready_free(struct chime_loop *l)
+{
+    if (l->efd >= 0)
+        close(l->efd); /* never opened for use (chime_loop_new failed) */
+    pthread_mutex_destroy(&l->mu);
+    chime__free(l->ring);
+    chime__free(l);
+}
+
+int
+chime__ready_push_locked(struct chime_loop *l, struct chime_task *t,
+                         int64_t deadline)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    if (l->tail - l->head == l->cap) {
+        int rc = ring_grow(l);
+        if (rc != 0)
+            return rc;
+    }
+    struct chime_ring_entry *e = &l->ring[l->tail & (l->cap - 1)];
+    e->task = t;
+    e->deadline = deadline;
+    t->heap_index = l->tail;
+    chime__task_set_state(t, CHIME_TASK_READY);
+    l->tail++;
+    l->live++;
+    signal_locked(l);
+    return 0;
+}
+
+int
+chime__ready_hand_over(struct chime_loop *l, struct chime_task *t,
+                       int64_t deadline)
+{
+    pthread_mutex_lock(&l->mu);
+    int rc = l->closed ? -ECANCELED : chime__ready_push_locked(l, t, deadline);
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+void
+chime__ready_unqueue_locked(struct chime_loop *l, struct chime_task *t)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    CHIME_ASSERT(chime__task_state(t) == CHIME_TASK_READY &&
+                 l->ring[t->heap_index & (l->cap - 1)].task == t);
+    l->ring[t->heap_index & (l->cap - 1)].task = NULL;
+    t->heap_index = CHIME_HEAP_NONE;
+    l->live--;
+    /* The caller gives the task its next state. The fd stays readable
+     * until a dispatch finds the ring empty: a spurious dispatch costs one
+     * read, a lost one would cost a hang. */
+}
+
+struct chime_task *
+chime__ready_pop_locked(struct chime_loop *l, int64_t *deadline)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    while (l->head != l->tail) {
+        struct chime_ring_entry *e = &l->ring[l->head & (l->cap - 1)];
+        struct chime_task *t = e->task;
+        e->task = NULL;
+        l->head++;
+        if (t != NULL) {
+            *deadline = e->deadline;
+            l->live--;
+            return t;
+        }
+    }
+    return NULL;
+}
+
+void
+chime__ready_drain_locked(struct chime_loop *l)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    if (l->live != 0 || l->closed)
+        return;
+    l->head = l->tail; /* only tombstones left */
+    if (!l->signalled)
+        return;
+    uint64_t v;
+    ssize_t n;
+    do
+        n = read(l->efd, &v, sizeof(v));
+    while (n < 0 && errno == EINTR);
+    l->signalled = false;
+    l->st.drains++;
+}
+
+bool
+chime__ready_unbatch_locked(struct chime_loop *l, struct chime_task *t)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    /* A batched task's index field is taken by run_deadline: find its slot
+     * (a batch is at most CHIME_LOOP_BATCH long). */
+    for (uint32_t i = 0; i < l->batch_n; i++) {
+        if (atomic_load_explicit(&l->batch[i], memory_order_relaxed) != t)
+            continue;
+        return chime__slot_claim(&l->batch[i]) == t; /* false: the dispatch
+                                                        claimed it just now */
+    }
+    return false;
+}
+
+size_t
+chime__ready_take_locked(struct chime_loop *l, bool periodic_only,
+                         struct chime_task **list)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    size_t n = 0;
+    if (!periodic_only) {
+        /* Batched tasks that have not started: claim their slots. */
+        for (uint32_t i = 0; i < l->batch_n; i++) {
+            struct chime_task *t = chime__slot_claim(&l->batch[i]);
+            if (t == NULL)
+                continue;
+            /* Unclaimed means not started: still BATCHED (a REARMING or
+             * cancelled one was claimed by the dispatch first). */
+            CHIME_ASSERT(chime__task_state(t) == CHIME_TASK_BATCHED);
+            t->next = *list;
+            *list = t;
+            n++;
+        }
+    }
+    for (uint32_t i = l->head; i != l->tail; i++) {
+        struct chime_task *t = l->ring[i & (l->cap - 1)].task;
+        if (t == NULL ||
+            (periodic_only && chime__task_kind(t) == CHIME_KIND_ONESHOT))
+            continue;
+        chime__ready_unqueue_locked(l, t);
+        t->next = *list;
+        *list = t;
+        n++;
+    }
+    return n;
+}
+
+bool
+chime__ready_on_loop_thread_locked(struct chime_loop *l)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    return l->has_owner && pthread_equal(l->owner, pthread_self());
+}

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/* The binding record and its ready queue (ready.c). Not API. */
+#ifndef CHIME_READY_H
+#define CHIME_READY_H
+
+#include "list.h"
+#include "task.h"
+
+#define CHIME_LOOP_BATCH 32 /* tasks a dispatch takes per lock acquisition */
+
+/* A ready-ring entry: the task and the deadline it was due at (a NULL task
+ * is a tombstone). */
+struct chime_ring_entry {
+    struct chime_task *task;
+    int64_t deadline;
+};
+
+/* A binding. The ready queue and its fd (ready.c) sit below the pool: the
+ * pool hands due tasks over with one call and never reads these fields;
+ * the binding's API (loop.c) sits above the pool. */
+struct chime_loop {
+    pthread_mutex_t mu;
+    struct chime_pool *pool;  /* immutable */
+    int efd;                  /* mu: the eventfd; -1 once closed */
+    bool signalled;           /* mu: efd has been written and not read */
+    bool closed;              /* pool->mu and mu to write; either to read */
+    bool dispatching;         /* mu: a dispatch is running callbacks */
+    /* The callback running now, or NULL: written by the dispatching
+     * thread, read by shutdown_now under mu. */
+    _Atomic(struct chime_task *) current;
+    /* The tasks a running dispatch took from the ring in one go. A slot is
+     * claimed by whoever exchanges it to NULL first: the dispatcher (to run
+     * the task) or a cancel/re-arm/shutdown_now/close holding mu (to take
+     * it away before it starts). */
+    _Atomic(struct chime_task *) batch[CHIME_LOOP_BATCH];
+    uint32_t batch_n;         /* mu: slots filled by the running dispatch */
+    bool has_owner;           /* mu */
+    pthread_t owner;          /* mu: the loop thread */
+    struct chime_ring_entry *ring; /* mu: ready queue, cap a power of 2 */
+    uint32_t head, tail, cap; /* mu: absolute positions, wrap freely */
+    size_t live;              /* mu: ring entries that are not tombstones */
+    unsigned batch_limit;     /* immutable */
+    unsigned fork_gen;        /* immutable */
+    chime_loop_stats st;      /* mu */
+    uint64_t fast_completed;  /* mu: runs settled without the pool lock,
+                                 added to the pool's `completed` stat */
+    struct chime_list link;   /* pool->mu: pool->loops or pool->closed_loops */
+    uint16_t id;              /* immutable: slot in pool->loop_table + 1 */
+    struct chime_task *cache; /* mu: free task nodes for posts */
+    unsigned ncache;          /* mu */
+};
+
+/* Claims a batch slot: whoever exchanges it to NULL first owns the task. */
+static inline struct chime_task *
+chime__slot_claim(_Atomic(struct chime_task *) *slot)
+{
+    CHIME_HB_BEFORE(slot);
+    struct chime_task *t = atomic_exchange(slot, NULL);
+    CHIME_HB_AFTER(slot);
+    return t;
+}
+
+/* ready.c: the ready queue and the readiness fd. It knows tasks and the
+ * ring, nothing of the pool: whoever moves a task in or out does the
+ * pool's accounting (pool->loop_tasks, completion). "_locked": l->mu held.
+ */
+/* Initialises the binding's lock and eventfd. Returns 0 or a negative
+ * errno (-EMFILE, -ENFILE, -ENOMEM, a pthread error). */
+int chime__ready_open(struct chime_loop *l);
+/* Frees the ring and closes the fd for good (l->closed set by the caller). */
+void chime__ready_close_locked(struct chime_loop *l);
+/* Frees a closed binding's record. */
+void chime__ready_free(struct chime_loop *l);
+/* The pool's one call: appends a due task (deadline: when it was due) and
+ * makes the fd readable. Takes l->mu. Returns 0, -ECANCELED (the binding
+ * is closed) or -ENOMEM (the ring could not grow). */
+int chime__ready_hand_over(struct chime_loop *l, struct chime_task *t,
+                           int64_t deadline);
+/* The same with l->mu held (posts). */
+int chime__ready_push_locked(struct chime_loop *l, struct chime_task *t,
+                             int64_t deadline);
+/* Takes a READY task out of the ring (a tombstone stays). */
+void chime__ready_unqueue_locked(struct chime_loop *l, struct chime_task *t);
+/* The next ready task and its deadline, or NULL (ring empty). */
+struct chime_task *chime__ready_pop_locked(struct chime_loop *l,
+                                           int64_t *deadline);
+/* The ring was found empty: make the fd unreadable. */
+void chime__ready_drain_locked(struct chime_loop *l);
+/* Takes a BATCHED task away from the dispatch that holds it, before it
+ * starts. Returns true if the caller now owns the task (and its pool
+ * reference); false if the dispatch already claimed it, in which case the
+ * caller may only change the state with a CAS from BATCHED. */
+bool chime__ready_unbatch_locked(struct chime_loop *l, struct chime_task *t);
+/* Takes every task of l that has not started, out of the batch (unless
+ * periodic_only) and the ring (periodic ones only, if periodic_only), onto
+ * *list through task->next. Returns how many. */
+size_t chime__ready_take_locked(struct chime_loop *l, bool periodic_only,
+                                struct chime_task **list);
+/* Is the calling thread l's loop thread (known once it dispatched or
+ * called chime_loop_set_thread)? */
+bool chime__ready_on_loop_thread_locked(struct chime_loop *l);
+
+#endif

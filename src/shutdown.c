@@ -1,0 +1,306 @@
+/* SPDX-License-Identifier: MIT */
+/* Shutdown, abrupt shutdown, the termination wait, destroy.
+ *
+ * Design notes
+ * - Run states only move forward: RUNNING, SHUTDOWN, STOP, TIDYING,
+ *   TERMINATED (complete.c completes the last two).
+ * - shutdown applies the policies to what is queued (Java's onShutdown):
+ *   delayed one-shots and periodic tasks are cancelled unless their policy
+ *   keeps them; a ready loop task is due, so only the periodic rule applies.
+ * - shutdown_now removes everything that has not started (heap, ready
+ *   rings, dispatch batches), flags what runs, and hands back the removed
+ *   tasks if asked.
+ * - destroy refuses from inside the pool's own code (context.c frames).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "pool.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+struct shutdown_ctx {
+    struct chime_pool *p;
+    int64_t now;
+};
+
+/* Java's onShutdown(): which queued tasks a shut-down pool drops. */
+static int
+drop_at_shutdown(struct chime_task *t, int64_t deadline, void *arg)
+{
+    struct shutdown_ctx *c = arg;
+    if (chime__state_is_final(chime__task_state(t)))
+        return 1;
+    if (t->flags & CHIME_TF_DEFER)
+        deadline = t->defer_deadline;
+    return !chime__can_run_locked(c->p, t, deadline, c->now);
+}
+
+void
+chime__on_shutdown_locked(struct chime_pool *p, struct chime_task **garbage)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    struct shutdown_ctx c = {p, chime__pool_now(p)};
+    struct chime_task *removed = NULL;
+    chime__heap_filter(&p->heap, drop_at_shutdown, &c, &removed);
+    chime__cancel_list_locked(p, removed, garbage);
+    /* Ready loop tasks are due, so only the periodic rule applies. */
+    if (!p->continue_periodic) {
+        struct chime_list *n;
+        chime__list_for_each(n, &p->loops)
+        {
+            struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
+            pthread_mutex_lock(&l->mu);
+            chime__cancel_ready_locked(p, l, true, garbage);
+            pthread_mutex_unlock(&l->mu);
+        }
+    }
+    /* Wake everyone: idle workers with nothing left exit, and a leader
+     * waiting for a task that was just dropped re-evaluates. */
+    pthread_cond_broadcast(&p->follower_cv);
+    pthread_cond_broadcast(&p->leader_cv);
+    chime__try_terminate_locked(p);
+}
+
+int
+chime_pool_shutdown(chime_pool *p)
+{
+    if (p == NULL)
+        return -EINVAL;
+    if (CHIME_FORKED(p))
+        return -ECHILD;
+    struct chime_task *garbage = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (p->run_state == CHIME_POOL_RUNNING) {
+        p->run_state = CHIME_POOL_SHUTDOWN;
+        atomic_store(&p->accepting, false);
+        chime__on_shutdown_locked(p, &garbage);
+    }
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+    return 0;
+}
+
+/* shutdown_now: completes each task on list that has not completed as
+ * cancelled and, if the caller asked for them, hands it back (the pool's
+ * reference becomes the caller's handle) on *back; returns how many. */
+static size_t
+hand_back_locked(struct chime_pool *p, struct chime_task *list, bool give,
+                 struct chime_task **back, struct chime_task **garbage)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    size_t n = 0;
+    while (list) {
+        struct chime_task *t = list;
+        list = t->next;
+        if (chime__state_is_final(chime__task_state(t))) {
+            chime__drop_locked(t, garbage); /* retained cancelled */
+            continue;
+        }
+        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        if (give)
+            chime_task_retain(t);
+        chime__drop_locked(t, garbage);
+        if (give) {
+            t->next = *back;
+            *back = t;
+            n++;
+        }
+    }
+    return n;
+}
+
+static int
+drop_all(struct chime_task *t, int64_t deadline, void *arg)
+{
+    (void)t;
+    (void)deadline;
+    (void)arg;
+    return 1;
+}
+
+int
+chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
+{
+    if (p == NULL || (tasks != NULL && count == NULL))
+        return -EINVAL;
+    if (CHIME_FORKED(p))
+        return -ECHILD;
+    if (tasks)
+        *tasks = NULL;
+    if (count)
+        *count = 0;
+
+    struct chime_task *removed = NULL, *garbage = NULL, *never_ran = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&p->mu);
+    if (p->run_state < CHIME_POOL_STOP)
+        p->run_state = CHIME_POOL_STOP;
+    atomic_store(&p->accepting, false);
+    chime__heap_filter(&p->heap, drop_all, NULL, &removed);
+    n += hand_back_locked(p, removed, tasks != NULL, &never_ran, &garbage);
+    struct chime_list *ln;
+    chime__list_for_each(ln, &p->loops)
+    {
+        /* Due loop tasks that have not started never will: handed back
+         * like queued ones. A running loop callback is flagged. */
+        struct chime_loop *l = chime__container_of(ln, struct chime_loop, link);
+        pthread_mutex_lock(&l->mu);
+        struct chime_task *taken = NULL;
+        chime__loop_tasks_sub(p, chime__ready_take_locked(l, false, &taken));
+        n += hand_back_locked(p, taken, tasks != NULL, &never_ran, &garbage);
+        struct chime_task *cur = atomic_load(&l->current);
+        if (cur)
+            chime__task_interrupt(cur);
+        pthread_mutex_unlock(&l->mu);
+    }
+    struct chime_list *wn;
+    chime__list_for_each(wn, &p->workers)
+    {
+        struct chime_worker *w =
+            chime__container_of(wn, struct chime_worker, link);
+        if (w->current)
+            chime__task_interrupt(w->current);
+    }
+    if (p->waiters)
+        pthread_cond_broadcast(&p->done_cv);
+    pthread_cond_broadcast(&p->follower_cv);
+    pthread_cond_broadcast(&p->leader_cv);
+    chime__try_terminate_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+
+    if (n == 0)
+        return 0;
+    chime_task **arr = malloc(n * sizeof(*arr));
+    if (arr == NULL) {
+        while (never_ran) {
+            struct chime_task *t = never_ran;
+            never_ran = t->next;
+            chime_task_release(t);
+        }
+        return -ENOMEM;
+    }
+    /* never_ran is in reverse removal order; any order is documented. */
+    size_t i = 0;
+    for (struct chime_task *t = never_ran; t; t = t->next)
+        arr[i++] = t;
+    *tasks = arr;
+    *count = n;
+    return 0;
+}
+
+int
+chime_pool_await_termination(chime_pool *p, int64_t timeout_ns)
+{
+    if (p == NULL)
+        return -EINVAL;
+    if (CHIME_FORKED(p))
+        return -ECHILD;
+    /* Waiting forever from inside the pool's own work can never end: a
+     * worker, a loop callback or caller-run task (the pool waits for it),
+     * or the on_terminated hook (termination completes after it). */
+    if (timeout_ns < 0 &&
+        (chime__on_own_worker(p) ||
+         chime__inside(p, CHIME_FRAME_TASK | CHIME_FRAME_TERMINATED)))
+        return -EDEADLK;
+    struct timespec ts = chime__abs_timespec(
+        chime__sat_add(chime__monotonic_ns(), timeout_ns > 0 ? timeout_ns : 0));
+    int rc = 0;
+    pthread_mutex_lock(&p->mu);
+    while (p->run_state != CHIME_POOL_TERMINATED) {
+        if (timeout_ns == 0) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        if (timeout_ns < 0) {
+            pthread_cond_wait(&p->term_cv, &p->mu);
+        } else if (pthread_cond_timedwait(&p->term_cv, &p->mu, &ts) ==
+                   ETIMEDOUT) {
+            if (p->run_state != CHIME_POOL_TERMINATED)
+                rc = -ETIMEDOUT;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+int
+chime_pool_destroy(chime_pool *p)
+{
+    if (p == NULL)
+        return 0;
+    if (CHIME_FORKED(p))
+        return -ECHILD;
+    /* From inside the pool's own code (a worker, a task callback or hook
+     * on any thread, on_terminated, on_reject, the thread factory) the
+     * caller's frames are still using the pool: freeing it would pull it
+     * from under them. */
+    if (chime__on_own_worker(p) || chime__inside(p, CHIME_FRAME_ANY))
+        return -EDEADLK;
+    pthread_mutex_lock(&p->mu);
+    bool busy = !chime__list_empty(&p->loops);
+    pthread_mutex_unlock(&p->mu);
+    if (busy)
+        return -EBUSY;
+    chime_pool_shutdown_now(p, NULL, NULL);
+    chime_pool_await_termination(p, CHIME_FOREVER);
+    pthread_mutex_lock(&p->mu);
+    bool join = p->have_last;
+    pthread_t last = p->last_exited;
+    p->have_last = false;
+    p->destroyed = true;
+    pthread_mutex_unlock(&p->mu);
+    if (join)
+        pthread_join(last, NULL);
+    while (!chime__list_empty(&p->closed_loops)) {
+        struct chime_list *n = p->closed_loops.next;
+        chime__list_remove(n);
+        chime__ready_free(chime__container_of(n, struct chime_loop, link));
+    }
+    chime__heap_free(&p->heap);
+    chime__pool_unref(p);
+    return 0;
+}
+
+bool
+chime_pool_is_shutdown(chime_pool *p)
+{
+    if (p == NULL)
+        return false;
+    if (CHIME_FORKED(p))
+        return false;
+    pthread_mutex_lock(&p->mu);
+    bool r = p->run_state >= CHIME_POOL_SHUTDOWN;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+bool
+chime_pool_is_terminating(chime_pool *p)
+{
+    if (p == NULL)
+        return false;
+    if (CHIME_FORKED(p))
+        return false;
+    pthread_mutex_lock(&p->mu);
+    bool r = p->run_state >= CHIME_POOL_SHUTDOWN &&
+             p->run_state < CHIME_POOL_TERMINATED;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+bool
+chime_pool_is_terminated(chime_pool *p)
+{
+    if (p == NULL)
+        return false;
+    if (CHIME_FORKED(p))
+        return false;
+    pthread_mutex_lock(&p->mu);
+    bool r = p->run_state == CHIME_POOL_TERMINATED;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/* The task slab (slab.c): 48-byte task nodes carved from chunks. */
+#ifndef CHIME_SLAB_H
+#define CHIME_SLAB_H
+
+#include "common.h"
+
+struct chime_task;
+
+struct chime_slab {
+    struct chime_task *free; /* the owner's lock: nodes to hand out */
+    /* Nodes freed by any thread without a lock (a Treiber stack: pushed by
+     * CAS, emptied whole by exchange, so no ABA). */
+    _Atomic(struct chime_task *) remote;
+    void *chunks; /* the owner's lock: every chunk, linked by first word */
+};
+
+void chime__slab_init(struct chime_slab *s);
+/* A node (uninitialised), or NULL if no memory. The caller holds the lock
+ * that guards the slab's owner (the pool mutex). */
+struct chime_task *chime__slab_alloc_locked(struct chime_slab *s);
+/* Returns a node; any thread, no lock. */
+void chime__slab_free(struct chime_slab *s, struct chime_task *t);
+/* Frees every chunk: no node may be in use. */
+void chime__slab_destroy(struct chime_slab *s);
+
+#endif

@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: MIT */
+/* Submission and the rejection policies.
+ *
+ * Design notes
+ * - A submission allocates its task from the slab and pushes it on the
+ *   heap under pool->mu, then starts a worker (unlocked) if the pool has
+ *   none to serve it; if no worker can be started at all, the task is taken
+ *   back and the error returned (Java accepts it silently: B50).
+ * - A closed binding refuses first, before the pool's state or capacity
+ *   is looked at, whatever the policy.
+ * - Rejections: see chime_reject_policy in chime.h. Whatever the policy, a
+ *   task that is not queued is completed (rejected, or by its caller run),
+ *   so nobody waits on it forever.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "pool.h"
+
+#include <errno.h>
+
+/* CHIME_REJECT_CALLER_RUNS: one execution on the submitting thread, with
+ * the same hooks and accounting as a run on a worker or a loop. */
+static void
+run_in_caller(struct chime_pool *p, struct chime_task *t)
+{
+    chime__task_set_state(t, CHIME_TASK_RUNNING);
+    void *result;
+    int rc = chime__invoke(p, t, &result);
+    struct chime_task *garbage = NULL;
+    pthread_mutex_lock(&p->mu);
+    p->st.completed++;
+    if (!chime__state_is_final(chime__task_state(t))) {
+        if (rc != 0) {
+            chime__complete_locked(p, t, CHIME_TASK_FAILED, rc);
+        } else if (chime__task_kind(t) == CHIME_KIND_ONESHOT) {
+            t->result = result;
+            chime__complete_locked(p, t, CHIME_TASK_DONE, 0);
+        } else {
+            chime__complete_locked(p, t, CHIME_TASK_REJECTED, -EAGAIN);
+        }
+    }
+    chime__drop_locked(t, &garbage);
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+}
+
+/* May the calling thread run t's callback itself? Any thread may run a pool
+ * task; a loop task only its binding's loop thread (once it is known), so
+ * that loop callbacks run on the loop thread whatever the policy. */
+static bool
+caller_may_run_locked(struct chime_task *t)
+{
+    CHIME_ASSERT_HELD(&t->pool->mu);
+    struct chime_loop *l = chime__task_loop(t);
+    if (l == NULL)
+        return true;
+    pthread_mutex_lock(&l->mu);
+    bool mine = chime__ready_on_loop_thread_locked(l);
+    pthread_mutex_unlock(&l->mu);
+    return mine;
+}
+
+int
+chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
+                     chime_task **out)
+{
+    struct chime_task *garbage = NULL;
+    switch (p->reject_policy) {
+    case CHIME_REJECT_DISCARD_OLDEST:
+        /* Only a full queue has an oldest task to give up; the caller
+         * retries the push after this returns 1. */
+        if (reason == -EAGAIN && p->heap.len > 0) {
+            struct chime_task *head = chime__heap_peek(&p->heap);
+            if (head->flags & CHIME_TF_DEFER) {
+                /* Not the nearest after all: move it, look again. */
+                head->flags &= (uint8_t)~CHIME_TF_DEFER;
+                chime__heap_update(&p->heap, head, head->defer_deadline);
+                pthread_mutex_unlock(&p->mu);
+                return 1;
+            }
+            struct chime_task *victim = chime__heap_pop(&p->heap, NULL);
+            if (!chime__state_is_final(chime__task_state(victim)))
+                chime__complete_locked(p, victim, CHIME_TASK_REJECTED,
+                                       -EAGAIN);
+            chime__drop_locked(victim, &garbage);
+            pthread_mutex_unlock(&p->mu);
+            chime__free_garbage(garbage);
+            return 1;
+        }
+        /* Shut down: as DISCARD. */
+        /* fall through */
+    case CHIME_REJECT_DISCARD:
+        break;
+    case CHIME_REJECT_CALLER_RUNS:
+        if (reason == -EAGAIN && !caller_may_run_locked(t))
+            goto refuse; /* a loop task off its loop thread: refused */
+        if (reason == -EAGAIN) {
+            /* A periodic task is counted when it completes rejected
+             * after its one run. */
+            if (chime__task_kind(t) == CHIME_KIND_ONESHOT)
+                p->st.rejected++;
+            pthread_mutex_unlock(&p->mu);
+            run_in_caller(p, t);
+            if (out)
+                *out = t;
+            return 0;
+        }
+        break;
+    case CHIME_REJECT_CALL: {
+        chime__complete_locked(p, t, CHIME_TASK_REJECTED, reason);
+        pthread_mutex_unlock(&p->mu);
+        /* The handler borrows the pool's reference; it may retain. */
+        struct chime__frame f;
+        chime__enter(&f, p, CHIME_FRAME_HOOK);
+        int rc = p->on_reject(p, t, reason, p->reject_ctx);
+        chime__leave(&f);
+        if (rc != 0 && out)
+            chime_task_release(t);
+        pthread_mutex_lock(&p->mu);
+        chime__drop_locked(t, &garbage);
+        pthread_mutex_unlock(&p->mu);
+        chime__free_garbage(garbage);
+        if (rc == 0 && out)
+            *out = t;
+        return rc;
+    }
+    case CHIME_REJECT_ABORT:
+    default:
+    refuse:
+        p->st.rejected++;
+        pthread_mutex_unlock(&p->mu);
+        if (out)
+            chime_task_release(t); /* the handle reference */
+        chime__task_drop_pool_ref(t);
+        return reason;
+    }
+    /* DISCARD, and the shut-down cases of DISCARD_OLDEST / CALLER_RUNS. */
+    chime__complete_locked(p, t, CHIME_TASK_REJECTED, reason);
+    chime__drop_locked(t, &garbage);
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+    if (out)
+        *out = t;
+    return 0;
+}
+
+int
+chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
+              void *arg, int kind, int64_t delay, int64_t period,
+              chime_task **out)
+{
+    if (out)
+        *out = NULL;
+    if (p == NULL || fn == NULL)
+        return -EINVAL;
+    if (kind != CHIME_KIND_ONESHOT && period <= 0)
+        return -EINVAL;
+    if (CHIME_FORKED(p))
+        return -ECHILD;
+    pthread_mutex_lock(&p->mu);
+    struct chime_task *t = chime__slab_alloc_locked(&p->slab);
+    if (t == NULL) {
+        pthread_mutex_unlock(&p->mu);
+        return -ENOMEM;
+    }
+    chime__task_init(t, p, fn, arg, kind, period, out != NULL);
+    t->loop_id = loop ? loop->id : 0;
+    /* A closed binding refuses before any policy is consulted: whatever
+     * the policy, nothing of it may run (or be reported accepted). */
+    if (loop != NULL && loop->closed) {
+        pthread_mutex_unlock(&p->mu);
+        if (out)
+            chime_task_release(t);
+        chime__task_drop_pool_ref(t);
+        return -ESHUTDOWN;
+    }
+    for (;;) {
+        int reason = 0;
+        if (p->run_state != CHIME_POOL_RUNNING)
+            reason = -ESHUTDOWN;
+        else if (p->max_pending &&
+                 p->heap.len - p->heap.lazy >= p->max_pending)
+            reason = -EAGAIN;
+        if (reason == 0)
+            break;
+        int rc = chime__reject_unlock(p, t, reason, out);
+        if (rc != 1)
+            return rc;
+        pthread_mutex_lock(&p->mu); /* DISCARD_OLDEST made room */
+        if (loop != NULL && loop->closed) {
+            /* Closed while the lock was dropped. */
+            pthread_mutex_unlock(&p->mu);
+            if (out)
+                chime_task_release(t);
+            chime__task_drop_pool_ref(t);
+            return -ESHUTDOWN;
+        }
+    }
+
+    int64_t now = chime__pool_now(p);
+    t->seq = p->next_seq++;
+    if (chime__heap_push(&p->heap, t, chime__deadline_after(now, delay)) !=
+        0) {
+        pthread_mutex_unlock(&p->mu);
+        if (out)
+            chime_task_release(t);
+        chime__task_drop_pool_ref(t);
+        return -ENOMEM;
+    }
+    p->st.submitted++;
+    if (t->heap_index == 0)
+        chime__new_head_locked(p);
+    int need = chime__need_worker_locked(p);
+    pthread_mutex_unlock(&p->mu);
+
+    if (need) {
+        int rc = chime__spawn(p);
+        if (rc != 0) {
+            /* No worker at all means the task could never run: take it
+             * back and report (Java accepts it silently; B50). */
+            pthread_mutex_lock(&p->mu);
+            /* Exiting workers (in their stop hook) take nothing more. */
+            bool take_back = p->nthreads == 0 &&
+                             (t->flags & CHIME_TF_INHEAP) &&
+                             chime__task_state(t) == CHIME_TASK_PENDING;
+            if (take_back) {
+                chime__heap_remove(&p->heap, t);
+                p->st.submitted--;
+            }
+            pthread_mutex_unlock(&p->mu);
+            if (take_back) {
+                if (out)
+                    chime_task_release(t);
+                chime__task_drop_pool_ref(t);
+                return rc;
+            }
+        }
+    }
+    if (out)
+        *out = t;
+    return 0;
+}
+
+int
+chime_pool_schedule(chime_pool *p, chime_task_fn fn, void *arg,
+                    int64_t delay_ns, chime_task **out)
+{
+    return chime__submit(p, NULL, fn, arg, CHIME_KIND_ONESHOT, delay_ns, 0, out);
+}
+
+int
+chime_pool_schedule_at_fixed_rate(chime_pool *p, chime_task_fn fn, void *arg,
+                                  int64_t initial_delay_ns, int64_t period_ns,
+                                  chime_task **out)
+{
+    return chime__submit(p, NULL, fn, arg, CHIME_KIND_FIXED_RATE, initial_delay_ns,
+                  period_ns, out);
+}
+
+int
+chime_pool_schedule_with_fixed_delay(chime_pool *p, chime_task_fn fn,
+                                     void *arg, int64_t initial_delay_ns,
+                                     int64_t delay_ns, chime_task **out)
+{
+    return chime__submit(p, NULL, fn, arg, CHIME_KIND_FIXED_DELAY, initial_delay_ns,
+                  delay_ns, out);
+}
+
+int
+chime_pool_execute(chime_pool *p, chime_task_fn fn, void *arg)
+{
+    return chime__submit(p, NULL, fn, arg, CHIME_KIND_ONESHOT, 0, 0, NULL);
+}

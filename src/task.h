@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: MIT */
+/* The task record: its layout, states, flags and reference word, and the
+ * atomic accessors every layer uses (task.c holds the handle API). */
+#ifndef CHIME_TASK_H
+#define CHIME_TASK_H
+
+#include "common.h"
+
+struct chime_pool;
+
+/* Task kinds. */
+enum {
+    CHIME_KIND_ONESHOT = 0,
+    CHIME_KIND_FIXED_RATE = 1,
+    CHIME_KIND_FIXED_DELAY = 2,
+};
+
+/* Task flag bits (task->flags, guarded by the pool mutex). */
+enum {
+    CHIME_TF_REARM = 1u << 0,  /* a re-arm arrived while running */
+    CHIME_TF_INHEAP = 1u << 1, /* in pool->heap (also while cancelled and
+                                  retained, remove_on_cancel off) */
+    CHIME_TF_LAZY = 1u << 2,   /* cancelled with remove_on_cancel on: out
+                                  of the queue as far as anyone can see,
+                                  physically removed later (heap.lazy) */
+    CHIME_TF_DEFER = 1u << 3,  /* one-shot re-armed later: its real
+                                  deadline is defer_deadline, its slot
+                                  still has the earlier one until it
+                                  reaches the head */
+};
+
+/* Internal states beyond chime_task_state, all reported as PENDING and
+ * negative so never "final":
+ * - READY: due and waiting in its binding's ready ring;
+ * - BATCHED: taken from the ring by a running dispatch, not started yet
+ *   (in loop->batch; run_deadline holds the deadline it was due at);
+ * - REARMING: was BATCHED and got re-armed; the dispatch that holds it puts
+ *   it back in the heap instead of running it. */
+#define CHIME_TASK_READY (-1)
+#define CHIME_TASK_BATCHED (-2)
+#define CHIME_TASK_REARMING (-3)
+
+/* The reference word (task->refs), one atomic for everything that is not
+ * guarded by a lock:
+ *   bit 31     the pool holds the task (queued, ready or running)
+ *   bit 30     the task holds a reference on its pool's memory (it has, or
+ *              had, a handle)
+ *   bit 29     interrupted (cancel with CHIME_CANCEL_INTERRUPT, shutdown_now)
+ *   bits 27-28 the kind (immutable)
+ *   bits 0-26  handle references
+ * The task is freed by whoever leaves it with neither the pool bit nor a
+ * handle reference. */
+#define CHIME_REF_POOL (UINT32_C(1) << 31)
+#define CHIME_REF_POOLREF (UINT32_C(1) << 30)
+#define CHIME_REF_INTERRUPTED (UINT32_C(1) << 29)
+#define CHIME_REF_KIND_SHIFT 27
+#define CHIME_REF_KIND (UINT32_C(3) << CHIME_REF_KIND_SHIFT)
+#define CHIME_REF_HANDLES ((UINT32_C(1) << CHIME_REF_KIND_SHIFT) - 1)
+
+/* 48 bytes. Fields that are needed in different phases of a task's life
+ * share storage (see the unions); a queued task's deadline lives only in its
+ * heap slot or ring entry. */
+struct chime_task {
+    chime_task_fn fn;        /* immutable */
+    void *arg;               /* immutable */
+    struct chime_pool *pool; /* immutable; never dereferenced once the task
+                                has completed unless it holds a pool
+                                reference (the pool may be gone) */
+    union {
+        int64_t period;         /* periodic kinds: immutable */
+        void *result;           /* one-shot: set when it completes DONE */
+        int64_t defer_deadline; /* one-shot, queued with CHIME_TF_DEFER */
+    };
+    union {
+        struct {
+            uint32_t seq;        /* queued: FIFO tie-break (pool mutex) */
+            uint32_t heap_index; /* queued: heap slot (pool mutex), or
+                                    ring position (loop mutex) */
+        };
+        int64_t run_deadline; /* running: the deadline of this run, or the
+                                 re-arm target with CHIME_TF_REARM */
+        struct chime_task *next; /* on a list: removed, returned, garbage,
+                                    free list */
+        int32_t error; /* FAILED: the cause; REJECTED: the reason */
+    };
+    _Atomic uint32_t refs; /* see CHIME_REF_* */
+    _Atomic int8_t state;  /* chime_task_state or CHIME_TASK_READY; final
+                              states are written under the pool mutex and
+                              never change again, so they may be read
+                              lock-free */
+    uint8_t flags;         /* pool mutex: CHIME_TF_* */
+    uint16_t loop_id;      /* immutable: 0, or 1 + the binding's slot in
+                              pool->loop_table */
+};
+
+static inline int
+chime__task_state(const struct chime_task *t)
+{
+    int s = atomic_load_explicit(&t->state, memory_order_acquire);
+    CHIME_HB_AFTER(&t->state);
+    return s;
+}
+
+/* Publishes a new state (release): everything written before, the outcome
+ * of a final state included, is visible to whoever reads this state. */
+static inline void
+chime__task_set_state(struct chime_task *t, int s)
+{
+    CHIME_HB_BEFORE(&t->state);
+    atomic_store_explicit(&t->state, (int8_t)s, memory_order_release);
+}
+
+/* Compare-and-swap of the state (acquire and release). */
+static inline bool
+chime__task_cas_state(struct chime_task *t, int8_t *expected, int s)
+{
+    CHIME_HB_BEFORE(&t->state);
+    bool ok = atomic_compare_exchange_strong(&t->state, expected, (int8_t)s);
+    CHIME_HB_AFTER(&t->state);
+    return ok;
+}
+
+/* Releases bits of the reference word (acq_rel): the writes of a holder
+ * that lets go happen before the free by whoever lets go last. Returns
+ * the old word. */
+static inline uint32_t
+chime__task_refs_and(struct chime_task *t, uint32_t mask)
+{
+    CHIME_HB_BEFORE(&t->refs);
+    uint32_t old =
+        atomic_fetch_and_explicit(&t->refs, mask, memory_order_acq_rel);
+    CHIME_HB_AFTER(&t->refs);
+    return old;
+}
+
+static inline int
+chime__state_is_final(int s)
+{
+    return s >= CHIME_TASK_DONE;
+}
+
+static inline int
+chime__task_kind(const struct chime_task *t)
+{
+    return (int)((atomic_load_explicit(&t->refs, memory_order_relaxed) &
+                  CHIME_REF_KIND) >>
+                 CHIME_REF_KIND_SHIFT);
+}
+
+static inline bool
+chime__task_interrupted(const struct chime_task *t)
+{
+    uint32_t r = atomic_load_explicit(&t->refs, memory_order_acquire);
+    CHIME_HB_AFTER(&t->refs);
+    return r & CHIME_REF_INTERRUPTED;
+}
+
+static inline void
+chime__task_interrupt(struct chime_task *t)
+{
+    CHIME_HB_BEFORE(&t->refs);
+    atomic_fetch_or_explicit(&t->refs, CHIME_REF_INTERRUPTED,
+                             memory_order_release);
+}
+
+/* Free task nodes: the free-list link sits in the node's first word; the
+ * rest is poisoned under ASan, so a use after free of a task is still
+ * reported although its memory is only recycled. */
+static inline struct chime_task **
+chime__node_link(struct chime_task *t)
+{
+    return (struct chime_task **)(void *)t;
+}
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define chime__node_freed(t)                                                   \
+    ASAN_POISON_MEMORY_REGION((char *)(t) + sizeof(void *),                    \
+                              sizeof(struct chime_task) - sizeof(void *))
+#define chime__node_reused(t)                                                  \
+    ASAN_UNPOISON_MEMORY_REGION((t), sizeof(struct chime_task))
+#else
+#define chime__node_freed(t) ((void)0)
+#define chime__node_reused(t) ((void)0)
+#endif
+
+#endif
