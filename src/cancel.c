@@ -202,8 +202,7 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
         pthread_mutex_unlock(&l->mu);
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(garbage);
-    if (need)
-        chime__spawn(p);
+    chime__spawn_for_requeued(p, need);
     return rc;
 }
 

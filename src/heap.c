@@ -163,7 +163,7 @@ chime__heap_remove(chime_heap *h, struct chime_task *t)
     t->heap_index = CHIME_HEAP_NONE;
     if (t->flags & CHIME_TF_LAZY)
         h->lazy--;
-    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY | CHIME_TF_DEFER);
+    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
     uint32_t last = --h->len;
     if (i == last)
         return;
@@ -203,8 +203,7 @@ chime__heap_filter(chime_heap *h,
         if (drop(s.task, s.deadline, ctx)) {
             if (s.task->flags & CHIME_TF_LAZY)
                 h->lazy--;
-            s.task->flags &=
-                (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY | CHIME_TF_DEFER);
+            s.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
             s.task->next = *removed; /* overwrites seq and heap_index */
             *removed = s.task;
         } else {

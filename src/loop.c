@@ -203,8 +203,7 @@ stolen(struct chime_pool *p, struct chime_task *t, int state)
     chime__try_terminate_locked(p);
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(garbage);
-    if (need)
-        chime__spawn(p);
+    chime__spawn_for_requeued(p, need);
 }
 
 /* The common case settled without the pool lock: a one-shot that returned
@@ -315,8 +314,7 @@ chime_loop_dispatch(chime_loop *l)
                 chime__try_terminate_locked(p);
                 pthread_mutex_unlock(&p->mu);
                 chime__free_garbage(garbage);
-                if (need)
-                    chime__spawn(p);
+                chime__spawn_for_requeued(p, need);
             }
             ran++;
         }

@@ -180,8 +180,11 @@ chime_pool_set_threads(chime_pool *p, unsigned n)
         spawn_n++;
     }
     pthread_mutex_unlock(&p->mu);
+    /* A worker that cannot start gives its slot back (chime__spawn); the
+     * queued tasks wait for the next submission or prestart, as they would
+     * have without this call. set_threads itself succeeded. */
     while (spawn_n-- > 0)
-        chime__spawn(p);
+        (void)chime__spawn(p);
     return 0;
 }
 

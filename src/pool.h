@@ -105,12 +105,34 @@ struct chime_pool {
     _Atomic size_t refs; /* owner (until destroy) + tasks with poolref */
 };
 
+/* The deferred re-arm (CHIME_TF_DEFER, set by chime_task_rearm in
+ * cancel.c): a queued one-shot re-armed to a later deadline keeps its slot
+ * and key, and defer_deadline holds the real deadline. */
+/* The real deadline of a queued task given its slot's. */
+static inline int64_t
+chime__real_deadline(const struct chime_task *t, int64_t slot_deadline)
+{
+    return (t->flags & CHIME_TF_DEFER) ? t->defer_deadline : slot_deadline;
+}
+
 /* The deadline of a queued task (its slot's, or the deferred one). */
 static inline int64_t
 chime__queued_deadline(const chime_heap *h, const struct chime_task *t)
 {
-    return (t->flags & CHIME_TF_DEFER) ? t->defer_deadline
-                                       : chime__heap_deadline(h, t);
+    return chime__real_deadline(t, chime__heap_deadline(h, t));
+}
+
+/* If the slot of t (queued) still has the old key of a deferred re-arm,
+ * moves it to its real deadline and returns true (the heap's order
+ * changed: look at the head again). pool->mu held. */
+static inline bool
+chime__undefer_locked(chime_heap *h, struct chime_task *t)
+{
+    if (!(t->flags & CHIME_TF_DEFER))
+        return false;
+    t->flags &= (uint8_t)~CHIME_TF_DEFER;
+    chime__heap_update(h, t, t->defer_deadline);
+    return true;
 }
 
 /* The binding of a loop task, or NULL. */
@@ -219,6 +241,9 @@ int chime__need_worker_locked(struct chime_pool *p);
 /* Starts one worker for a slot already reserved in nthreads; on failure
  * the slot is given back. Returns 0 or a negative errno. No lock held. */
 int chime__spawn(struct chime_pool *p);
+/* Starts the worker that a task requeued outside a worker needs; need is
+ * what chime__need_worker_locked() said under the lock. No lock held. */
+void chime__spawn_for_requeued(struct chime_pool *p, int need);
 /* Settles a task whose callback just returned rc (lock held): completes it
  * or requeues it (periodic, re-armed). from_worker: the caller is a worker
  * that will look at the heap itself, so a new head needs no extra wake-up. */

@@ -32,9 +32,8 @@ drop_at_shutdown(struct chime_task *t, int64_t deadline, void *arg)
     struct shutdown_ctx *c = arg;
     if (chime__state_is_final(chime__task_state(t)))
         return 1;
-    if (t->flags & CHIME_TF_DEFER)
-        deadline = t->defer_deadline;
-    return !chime__can_run_locked(c->p, t, deadline, c->now);
+    return !chime__can_run_locked(c->p, t, chime__real_deadline(t, deadline),
+                                  c->now);
 }
 
 void

@@ -72,10 +72,8 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
          * retries the push after this returns 1. */
         if (reason == -EAGAIN && p->heap.len > 0) {
             struct chime_task *head = chime__heap_peek(&p->heap);
-            if (head->flags & CHIME_TF_DEFER) {
-                /* Not the nearest after all: move it, look again. */
-                head->flags &= (uint8_t)~CHIME_TF_DEFER;
-                chime__heap_update(&p->heap, head, head->defer_deadline);
+            if (chime__undefer_locked(&p->heap, head)) {
+                /* Not the nearest after all: moved; look again. */
                 pthread_mutex_unlock(&p->mu);
                 return 1;
             }

@@ -110,14 +110,11 @@ take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
             goto idle;
         }
         bool final = chime__state_is_final(chime__task_state(t));
-        if ((t->flags & CHIME_TF_DEFER) && !(t->flags & CHIME_TF_LAZY)) {
-            /* A re-armed task's old slot reached the head: move it to its
-             * real deadline (its sequence number is the re-arm's). A
-             * retained cancelled one too: it stays queued until then. */
-            t->flags &= (uint8_t)~CHIME_TF_DEFER;
-            chime__heap_update(&p->heap, t, t->defer_deadline);
+        /* A re-armed task's old slot reached the head: move it to its
+         * real deadline (its sequence number is the re-arm's). A retained
+         * cancelled one too: it stays queued until then. */
+        if (!(t->flags & CHIME_TF_LAZY) && chime__undefer_locked(&p->heap, t))
             continue;
-        }
         if (final) {
             /* Cancelled: lazily removed, or retained (remove_on_cancel off)
              * until this, its deadline. */
@@ -182,7 +179,44 @@ take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
     return NULL;
 }
 
-/* Settles a task whose callback returned: see internal.h. */
+/* Puts t, out of the heap and not completed, back in the heap at deadline
+ * (PENDING, a fresh sequence number), or completes it when it may no longer
+ * run (the run state, a closed binding) or the heap cannot grow. A new head
+ * wakes the leader; from_worker: the caller is a worker that looks at the
+ * heap itself next, so no follower needs waking. */
+static void
+queue_again_locked(struct chime_pool *p, struct chime_task *t,
+                   int64_t deadline, int64_t now, bool from_worker,
+                   struct chime_task **garbage)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    /* A deferred re-arm (CHIME_TF_DEFER) never leaves the heap unresolved
+     * unless the task completes: the flag cannot come back with it. */
+    CHIME_ASSERT(!(t->flags & CHIME_TF_DEFER));
+    t->flags &= (uint8_t)~CHIME_TF_REARM;
+    chime__task_set_state(t, CHIME_TASK_PENDING);
+    struct chime_loop *l = chime__task_loop(t);
+    if (!chime__can_run_locked(p, t, deadline, now) || (l && l->closed)) {
+        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime__drop_locked(t, garbage);
+        return;
+    }
+    t->seq = p->next_seq++;
+    if (chime__heap_push(&p->heap, t, deadline) != 0) {
+        /* The queue could not grow to take the task back. */
+        chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
+        chime__drop_locked(t, garbage);
+        return;
+    }
+    if (t->heap_index == 0) {
+        if (!from_worker)
+            chime__new_head_locked(p);
+        else if (p->leader)
+            pthread_cond_signal(&p->leader_cv);
+    }
+}
+
+/* Settles a task whose callback returned: see pool.h. */
 void
 chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
                      void *result, bool from_worker,
@@ -215,27 +249,7 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
         chime__drop_locked(t, garbage);
         return;
     }
-    t->flags &= (uint8_t)~CHIME_TF_REARM;
-    chime__task_set_state(t, CHIME_TASK_PENDING);
-    struct chime_loop *l = chime__task_loop(t);
-    if (!chime__can_run_locked(p, t, next, end) || (l && l->closed)) {
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        chime__drop_locked(t, garbage);
-        return;
-    }
-    t->seq = p->next_seq++;
-    if (chime__heap_push(&p->heap, t, next) != 0) {
-        /* The queue could not grow to take the next run back. */
-        chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
-        chime__drop_locked(t, garbage);
-        return;
-    }
-    if (t->heap_index == 0) {
-        if (!from_worker)
-            chime__new_head_locked(p);
-        else if (p->leader)
-            pthread_cond_signal(&p->leader_cv);
-    }
+    queue_again_locked(p, t, next, end, from_worker, garbage);
 }
 
 void
@@ -243,24 +257,7 @@ chime__requeue_locked(struct chime_pool *p, struct chime_task *t,
                       int64_t deadline, struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    t->flags &= (uint8_t)~CHIME_TF_REARM;
-    chime__task_set_state(t, CHIME_TASK_PENDING);
-    struct chime_loop *l = chime__task_loop(t);
-    if (!chime__can_run_locked(p, t, deadline, chime__pool_now(p)) ||
-        (l && l->closed)) {
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        chime__drop_locked(t, garbage);
-        return;
-    }
-    t->seq = p->next_seq++;
-    if (chime__heap_push(&p->heap, t, deadline) != 0) {
-        /* The queue could not grow to take the task back. */
-        chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
-        chime__drop_locked(t, garbage);
-        return;
-    }
-    if (t->heap_index == 0)
-        chime__new_head_locked(p);
+    queue_again_locked(p, t, deadline, chime__pool_now(p), false, garbage);
 }
 
 /* Runs t (taken from the heap, lock held) and settles its outcome. Returns
@@ -415,4 +412,16 @@ chime__need_worker_locked(struct chime_pool *p)
         return 1;
     }
     return 0;
+}
+
+void
+chime__spawn_for_requeued(struct chime_pool *p, int need)
+{
+    if (!need)
+        return;
+    /* If no worker can start, the requeued task stays queued (chime__spawn
+     * gave the slot back) and the next submission, re-arm or prestart tries
+     * again. There is nobody to report to: the callback already ran, or the
+     * re-arm itself succeeded. */
+    (void)chime__spawn(p);
 }

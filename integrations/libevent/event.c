@@ -17,11 +17,13 @@
  *   the fd while libevent still watches it would let a reused fd number be
  *   unregistered by mistake (libevent's epoll backend acts on fd numbers).
  *   Then event_base_free(), then chime_pool_destroy() (see event.h).
- * - Detach from one of the binding's own callbacks is allowed: chime frees
- *   the binding when that dispatch returns, and libevent allows freeing an
- *   event inside its own callback (it saves what it needs before calling
- *   us). on_ready therefore never touches `ce` after a dispatch that ran
- *   callbacks.
+ * - Detach from one of the binding's own callbacks is allowed: the closed
+ *   binding's record stays valid until chime_pool_destroy() (chime frees
+ *   it there), so the dispatch that ran the callback returns normally; the
+ *   adapter's `ce` is freed by detach itself, and libevent allows freeing
+ *   an event inside its own callback (it saves what it needs before
+ *   calling us). on_ready therefore never touches `ce` after a dispatch
+ *   that ran callbacks.
  */
 #include "chime/event.h"
 
