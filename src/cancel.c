@@ -82,33 +82,47 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
     return 0;
 }
 
-int
-chime_task_cancel(chime_task *t, unsigned flags)
+/* Takes the locks a task that has not completed is changed under: its
+ * pool's mu and, for a loop task, its binding's (*l, else NULL). Returns 0
+ * holding them, or -EALREADY (completed) / -ECHILD (forked child) holding
+ * nothing. */
+static int
+lock_live(struct chime_task *t, struct chime_loop **l)
 {
-    if (t == NULL || (flags & ~CHIME_CANCEL_INTERRUPT) != 0)
-        return -EINVAL;
-    /* Final states never change and the pool may be gone: answer
-     * without touching it. */
+    /* Final states never change and the pool may be gone: answer without
+     * touching it. */
     if (chime__state_is_final(chime__task_state(t)))
         return -EALREADY;
-
     struct chime_pool *p = t->pool;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    struct chime_task *garbage = NULL;
     pthread_mutex_lock(&p->mu);
-    /* Final states are only reached under pool->mu: checked first, since
-     * a finished loop task's binding may be gone. */
+    /* Final states are only reached under pool->mu: checked again first,
+     * since a finished loop task's binding may be gone. */
     if (chime__state_is_final(chime__task_state(t))) {
         pthread_mutex_unlock(&p->mu);
         return -EALREADY;
     }
     /* A live loop task's binding is open, and its state also moves under
      * the binding's lock (dispatch starts it there): hold both. */
-    struct chime_loop *l = chime__task_loop(t);
-    if (l)
-        pthread_mutex_lock(&l->mu);
-    int rc = chime__cancel_locked(p, t, flags, false, &garbage);
+    *l = chime__task_loop(t);
+    if (*l)
+        pthread_mutex_lock(&(*l)->mu);
+    return 0;
+}
+
+int
+chime_task_cancel(chime_task *t, unsigned flags)
+{
+    if (t == NULL || (flags & ~CHIME_CANCEL_INTERRUPT) != 0)
+        return -EINVAL;
+    struct chime_loop *l;
+    int rc = lock_live(t, &l);
+    if (rc != 0)
+        return rc;
+    struct chime_pool *p = t->pool;
+    struct chime_task *garbage = NULL;
+    rc = chime__cancel_locked(p, t, flags, false, &garbage);
     if (l)
         pthread_mutex_unlock(&l->mu);
     chime__try_terminate_locked(p);
@@ -122,22 +136,12 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
 {
     if (t == NULL)
         return -EINVAL;
-    if (chime__state_is_final(chime__task_state(t)))
-        return -EALREADY;
-
+    struct chime_loop *l;
+    int rc = lock_live(t, &l);
+    if (rc != 0)
+        return rc;
     struct chime_pool *p = t->pool;
-    if (CHIME_FORKED(p))
-        return -ECHILD;
     struct chime_task *garbage = NULL;
-    int rc = 0;
-    pthread_mutex_lock(&p->mu);
-    if (chime__state_is_final(chime__task_state(t))) {
-        pthread_mutex_unlock(&p->mu);
-        return -EALREADY; /* see chime_task_cancel */
-    }
-    struct chime_loop *l = chime__task_loop(t);
-    if (l)
-        pthread_mutex_lock(&l->mu);
     int st = chime__task_state(t);
     int64_t d = chime__deadline_after(chime__pool_now(p), delay_ns);
     if (st == CHIME_TASK_RUNNING) {

@@ -164,16 +164,16 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
     }
     chime__task_init(t, p, fn, arg, kind, period, out != NULL);
     t->loop_id = loop ? loop->id : 0;
-    /* A closed binding refuses before any policy is consulted: whatever
-     * the policy, nothing of it may run (or be reported accepted). */
-    if (loop != NULL && loop->closed) {
-        pthread_mutex_unlock(&p->mu);
-        if (out)
-            chime_task_release(t);
-        chime__task_drop_pool_ref(t);
-        return -ESHUTDOWN;
-    }
     for (;;) {
+        /* A closed binding refuses before any policy is consulted: whatever
+         * the policy, nothing of it may run (or be reported accepted). */
+        if (loop != NULL && loop->closed) {
+            pthread_mutex_unlock(&p->mu);
+            if (out)
+                chime_task_release(t);
+            chime__task_drop_pool_ref(t);
+            return -ESHUTDOWN;
+        }
         int reason = 0;
         if (p->run_state != CHIME_POOL_RUNNING)
             reason = -ESHUTDOWN;
@@ -185,15 +185,9 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         int rc = chime__reject_unlock(p, t, reason, out);
         if (rc != 1)
             return rc;
-        pthread_mutex_lock(&p->mu); /* DISCARD_OLDEST made room */
-        if (loop != NULL && loop->closed) {
-            /* Closed while the lock was dropped. */
-            pthread_mutex_unlock(&p->mu);
-            if (out)
-                chime_task_release(t);
-            chime__task_drop_pool_ref(t);
-            return -ESHUTDOWN;
-        }
+        /* DISCARD_OLDEST made room: look again (the binding may have been
+         * closed while the lock was dropped). */
+        pthread_mutex_lock(&p->mu);
     }
 
     int64_t now = chime__pool_now(p);
