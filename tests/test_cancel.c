@@ -9,84 +9,12 @@
 
 #include "support.h"
 
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 TestSuite(cancel, .timeout = 10);
-
-#define START (1000 * CHIME_SEC)
-#define QUIET_NS (30 * CHIME_MSEC)
-#define UPPER_NS (5 * CHIME_SEC)
-#define FAR (60 * CHIME_SEC)
-
-/* ---- helpers ------------------------------------------------------------ */
-
-static chime_pool *
-pool_opts(chime_pool_options *o)
-{
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(o, &p), 0);
-    cr_assert_not_null(p);
-    return p;
-}
-
-static chime_pool *
-pool_with(unsigned threads)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    return pool_opts(&o);
-}
-
-static chime_pool *
-vpool(unsigned threads, t_clock *c)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    t_clock_options(&o, c, START);
-    return pool_opts(&o);
-}
-
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats s;
-    cr_assert_eq(chime_pool_get_stats(p, &s), 0);
-    return s;
-}
-
-/* True if n stays at `value` for QUIET_NS of real time. */
-static bool
-stays(atomic_int *n, int value)
-{
-    return !T_WAIT_UNTIL(atomic_load(n) != value, QUIET_NS);
-}
-
-#define ORDER_MAX 256
-typedef struct order_log {
-    atomic_int n;
-    atomic_int ids[ORDER_MAX];
-} order_log;
-
-typedef struct order_item {
-    order_log *log;
-    int id;
-} order_item;
-
-static int
-order_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    order_item *it = arg;
-    int i = atomic_fetch_add(&it->log->n, 1);
-    if (i < ORDER_MAX)
-        atomic_store(&it->log->ids[i], it->id);
-    return 0;
-}
 
 /* A controllable body: counts runs; on run number `block_on` (1-based) it
  * signals `started` and blocks on `gate`; on run `cancel_self_on` it
@@ -158,7 +86,7 @@ Test(cancel, queued_one_shot_cancel_completes_it_at_once)
     chime_pool *p = pool_with(1);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &h), 0);
     cr_assert_eq(chime_task_cancel(h, 0), 0);
     cr_assert(chime_task_is_cancelled(h));
     cr_assert(chime_task_is_done(h));
@@ -168,7 +96,7 @@ Test(cancel, queued_one_shot_cancel_completes_it_at_once)
     cr_assert_eq(chime_task_wait(h, CHIME_FOREVER, NULL), -ECANCELED);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), -ECANCELED);
     cr_assert_eq(chime_task_wait(h, 0, NULL), -ECANCELED);
-    cr_assert_lt(chime_now_ns() - t0, UPPER_NS);
+    cr_assert_lt(chime_now_ns() - t0, T_UPPER_NS);
     cr_assert_eq(stats_of(p).cancelled, 1);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&n), 0, "a cancelled task ran");
@@ -217,7 +145,8 @@ Test(cancel, cancel_after_completion_reports_ealready)
     chime_task *done = NULL, *failed = NULL, *cancelled = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 0, &done), 0);
     cr_assert_eq(chime_pool_schedule(p, t_fail_fn, &cause, 0, &failed), 0);
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &cancelled), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &cancelled),
+                 0);
     cr_assert_eq(chime_task_wait(done, T_LONG_NS, NULL), 0);
     cr_assert_eq(chime_task_wait(failed, T_LONG_NS, NULL), CHIME_EFAILED);
     cr_assert_eq(chime_task_cancel(done, 0), -EALREADY);
@@ -242,7 +171,7 @@ Test(cancel, cancel_rejects_bad_arguments)
     chime_pool *p = pool_with(1);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &h), 0);
     cr_assert_eq(chime_task_cancel(NULL, 0), -EINVAL);
     cr_assert_eq(chime_task_cancel(h, 0x80u), -EINVAL);
     cr_assert_eq(chime_task_get_state(h), CHIME_TASK_PENDING,
@@ -316,7 +245,7 @@ Test(cancel, interrupting_cancel_ends_the_sleep_and_does_not_leak)
               "the sleep was not interrupted");
     cr_assert_eq(atomic_load(&s.rc), -EINTR);
     cr_assert_eq(atomic_load(&s.interrupted), 1);
-    cr_assert_lt(atomic_load(&s.slept), UPPER_NS);
+    cr_assert_lt(atomic_load(&s.slept), T_UPPER_NS);
 
     cr_assert_eq(chime_task_wait(h2, T_LONG_NS, NULL), 0);
     cr_assert_eq(atomic_load(&next.interrupted), 0, "stale interrupt");
@@ -404,7 +333,7 @@ Test(cancel, periodic_cancelled_while_running_never_runs_again)
                            T_LONG_NS));
     cr_assert_eq(stats_of(p).pending, 0, "a cancelled periodic was requeued");
     t_clock_advance(&clk, p, 100 * CHIME_MSEC);
-    cr_assert(stays(&c.n, 2), "ran after its cancel");
+    cr_assert(t_stays(&c.n, 2), "ran after its cancel");
     cr_assert(chime_task_is_cancelled(h));
     chime_task_release(h);
     cr_assert_eq(chime_pool_destroy(p), 0);
@@ -440,7 +369,7 @@ Test(cancel, periodic_cancelling_itself_never_runs_again)
         cr_assert_eq(atomic_load(&c.self_rc), 0);
         cr_assert(T_WAIT_UNTIL(stats_of(p).running == 0, T_LONG_NS));
         t_clock_advance(&clk, p, 100 * CHIME_MSEC);
-        cr_assert(stays(&c.n, 3), "ran after cancelling itself");
+        cr_assert(t_stays(&c.n, 3), "ran after cancelling itself");
         cr_assert_eq(stats_of(p).pending, 0);
         chime_task_release(h);
         cr_assert_eq(chime_pool_destroy(p), 0);
@@ -458,7 +387,7 @@ Test(cancel, cancelled_task_is_retained_when_remove_on_cancel_is_off)
     chime_pool_options o;
     chime_pool_options_init(&o);
     o.remove_on_cancel = false;
-    t_clock_options(&o, &clk, START);
+    t_clock_options(&o, &clk, T_START_NS);
     chime_pool *p = pool_opts(&o);
     cr_assert_not(chime_pool_remove_on_cancel(p));
     atomic_int n = 0;
@@ -487,8 +416,8 @@ Test(cancel, cancelled_task_is_removed_at_once_by_default)
     cr_assert(chime_pool_remove_on_cancel(p));
     atomic_int n = 0;
     chime_task *h = NULL, *other = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &h), 0);
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &other), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &other), 0);
     cr_assert_eq(stats_of(p).pending, 2);
     cr_assert(chime_pool_contains(p, h));
     cr_assert_eq(chime_task_cancel(h, 0), 0);
@@ -663,7 +592,7 @@ Test(cancel, remove_ignores_another_pools_task)
     chime_pool *p1 = pool_with(1), *p2 = pool_with(1);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p2, t_count_fn, &n, FAR, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p2, t_count_fn, &n, T_FAR_NS, &h), 0);
     cr_assert_eq(chime_pool_remove(p1, h), -ENOENT);
     cr_assert_not(chime_pool_contains(p1, h));
     cr_assert(chime_pool_contains(p2, h));
@@ -776,7 +705,7 @@ Test(cancel, rearm_moves_a_pending_deadline_earlier)
     cr_assert_eq(chime_task_rearm(h, 10 * CHIME_MSEC), 0);
     cr_assert_eq(chime_task_remaining(h), 10 * CHIME_MSEC);
     t_clock_advance(&clk, p, 9 * CHIME_MSEC);
-    cr_assert_eq(chime_task_wait(h, QUIET_NS, NULL), -ETIMEDOUT);
+    cr_assert_eq(chime_task_wait(h, T_QUIET_NS, NULL), -ETIMEDOUT);
     t_clock_advance(&clk, p, CHIME_MSEC);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
     cr_assert_eq(atomic_load(&n), 1);
@@ -796,7 +725,7 @@ Test(cancel, rearm_moves_a_pending_deadline_later)
     cr_assert_eq(chime_task_rearm(h, 100 * CHIME_MSEC), 0);
     cr_assert_eq(chime_task_remaining(h), 100 * CHIME_MSEC);
     t_clock_advance(&clk, p, 50 * CHIME_MSEC); /* past the old deadline */
-    cr_assert_eq(chime_task_wait(h, QUIET_NS, NULL), -ETIMEDOUT,
+    cr_assert_eq(chime_task_wait(h, T_QUIET_NS, NULL), -ETIMEDOUT,
                  "ran at its old deadline");
     cr_assert_eq(chime_task_get_state(h), CHIME_TASK_PENDING);
     t_clock_advance(&clk, p, 50 * CHIME_MSEC);
@@ -806,22 +735,12 @@ Test(cancel, rearm_moves_a_pending_deadline_later)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-/* xorshift, seeded and printed */
-static uint32_t
-rnd(uint32_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 17;
-    *s ^= *s << 5;
-    return *s;
-}
-
 Test(cancel, rearm_keeps_the_queue_in_deadline_order)
 {
     enum { K = 128 };
-    uint32_t seed = (uint32_t)chime_now_ns() | 1u;
-    cr_log_info("seed %u", seed);
-    uint32_t s = seed;
+    uint64_t seed =
+        seed_from_env("cancel::rearm_keeps_the_queue_in_deadline_order");
+    uint64_t s = seed;
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
     order_log log = {0};
@@ -831,7 +750,7 @@ Test(cancel, rearm_keeps_the_queue_in_deadline_order)
     for (int i = 0; i < K; i++)
         fin[i] = i + 1;
     for (int i = K - 1; i > 0; i--) {
-        int j = (int)(rnd(&s) % (uint32_t)(i + 1));
+        int j = (int)(rnd(&s) % (uint64_t)(i + 1));
         int64_t t = fin[i];
         fin[i] = fin[j];
         fin[j] = t;
@@ -865,7 +784,7 @@ Test(cancel, rearm_keeps_the_queue_in_deadline_order)
     for (int pos = 0; pos < K; pos++) {
         int id = atomic_load(&log.ids[pos]);
         cr_assert_eq(fin[id], pos + 1,
-                     "seed %u: position %d ran task %d due "
+                     "seed %" PRIu64 ": position %d ran task %d due "
                      "at %lld ms",
                      seed, pos, id, (long long)fin[id]);
     }
@@ -1008,7 +927,7 @@ Test(cancel, rearm_of_a_running_periodic_moves_its_next_run)
     cr_assert_eq(atomic_load(&c.self_rc), 0);
     cr_assert_eq(chime_task_remaining(h), 100 * CHIME_MSEC);
     t_clock_advance(&clk, p, 99 * CHIME_MSEC);
-    cr_assert(stays(&c.n, 1), "ran on its old cadence");
+    cr_assert(t_stays(&c.n, 1), "ran on its old cadence");
     t_clock_advance(&clk, p, CHIME_MSEC);
     cr_assert(T_WAIT_UNTIL(atomic_load(&c.n) == 2, T_LONG_NS));
     cr_assert_eq(chime_task_cancel(h, 0), 0);
@@ -1025,7 +944,8 @@ Test(cancel, rearm_after_completion_reports_ealready)
     chime_task *done = NULL, *failed = NULL, *cancelled = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 0, &done), 0);
     cr_assert_eq(chime_pool_schedule(p, t_fail_fn, &cause, 0, &failed), 0);
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &cancelled), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &cancelled),
+                 0);
     cr_assert_eq(chime_task_wait(done, T_LONG_NS, NULL), 0);
     cr_assert_eq(chime_task_wait(failed, T_LONG_NS, NULL), CHIME_EFAILED);
     cr_assert_eq(chime_task_cancel(cancelled, 0), 0);
@@ -1114,7 +1034,7 @@ Test(cancel, callback_cancels_itself_and_another_task)
     actor_init(&a, p);
     atomic_int n = 0;
     chime_task *victim = NULL, *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &victim), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &victim), 0);
     a.other = victim;
     cr_assert_eq(chime_pool_schedule(p, cancels_other_and_itself_fn, &a, 0, &h),
                  0);
@@ -1150,7 +1070,7 @@ Test(cancel, callback_rearms_another_task)
     actor_init(&a, p);
     atomic_int n = 0;
     chime_task *victim = NULL, *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &victim), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &victim), 0);
     a.other = victim;
     cr_assert_eq(chime_pool_schedule(p, rearms_other_fn, &a, 0, &h), 0);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
@@ -1280,7 +1200,7 @@ Test(cancel, callback_shuts_its_own_pool_down_now)
     cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
     cr_assert_eq(chime_pool_schedule(p, shuts_down_now_fn, &a, 0, &h), 0);
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 0, &due), 0);
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &n, FAR,
+    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &n, T_FAR_NS,
                                                    CHIME_SEC, &far),
                  0);
     a.other = due;

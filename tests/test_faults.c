@@ -227,8 +227,7 @@ typedef struct rec {
 } rec;
 
 #define MAX_REC 16384
-#define FAR (INT64_C(1) << 50) /* a manual-clock delay never reached */
-#define T1 1000                /* the one instant the clock moves to */
+#define T1 1000 /* the one instant the clock moves to */
 
 typedef struct sc {
     long k;
@@ -330,14 +329,6 @@ heap_full(chime_pool *p)
     return full;
 }
 
-static size_t
-ready_of(chime_loop *l)
-{
-    chime_loop_stats st;
-    cr_assert_eq(chime_loop_get_stats(l, &st), 0);
-    return st.ready;
-}
-
 /* Dispatches until nothing is ready (the test thread is the loop thread). */
 static void
 drain(sc *s, chime_loop *l)
@@ -383,7 +374,7 @@ fill_heap(sc *s, bool worker)
         rec *r = newrec(s, EXP_CANCEL, "fill");
         if (!worker)
             fi_mark("fill: schedule");
-        int rc = chime_pool_schedule(s->p, count_fn, r, FAR, &r->h);
+        int rc = chime_pool_schedule(s->p, count_fn, r, T_FAR_NS, &r->h);
         if (rc == 0)
             continue;
         r->exp = EXP_NONE;
@@ -459,14 +450,14 @@ rejection_paths(sc *s)
         s->enomem_what = "prestart";
     }
     rec *a = newrec(s, EXP_CANCEL, "abort: first");
-    SUBMIT(s, a, chime_pool_schedule(p, count_fn, a, FAR, &a->h), 0,
+    SUBMIT(s, a, chime_pool_schedule(p, count_fn, a, T_FAR_NS, &a->h), 0,
            "abort: first");
     if (a->exp == EXP_NONE) { /* the queue must be full for the next one */
         a = newrec(s, EXP_CANCEL, "abort: first (again)");
-        cr_assert_eq(chime_pool_schedule(p, count_fn, a, FAR, &a->h), 0);
+        cr_assert_eq(chime_pool_schedule(p, count_fn, a, T_FAR_NS, &a->h), 0);
     }
     rec *b = newrec(s, EXP_NONE, "abort: rejected");
-    SUBMIT(s, b, chime_pool_schedule(p, count_fn, b, FAR, &b->h), -EAGAIN,
+    SUBMIT(s, b, chime_pool_schedule(p, count_fn, b, T_FAR_NS, &b->h), -EAGAIN,
            "abort: second");
     cr_assert_null(b->h);
     cr_assert_eq(chime_pool_destroy(p), 0);
@@ -474,28 +465,28 @@ rejection_paths(sc *s)
     /* CALLER_RUNS at capacity: the second one runs in this thread. */
     p = new_pool(s, 1, 1, CHIME_REJECT_CALLER_RUNS, "caller-runs pool");
     a = newrec(s, EXP_CANCEL, "caller-runs: first");
-    SUBMIT(s, a, chime_pool_schedule(p, count_fn, a, FAR, &a->h), 0,
+    SUBMIT(s, a, chime_pool_schedule(p, count_fn, a, T_FAR_NS, &a->h), 0,
            "caller-runs: first");
     if (a->exp == EXP_NONE) {
         a = newrec(s, EXP_CANCEL, "caller-runs: first (again)");
-        cr_assert_eq(chime_pool_schedule(p, count_fn, a, FAR, &a->h), 0);
+        cr_assert_eq(chime_pool_schedule(p, count_fn, a, T_FAR_NS, &a->h), 0);
     }
     b = newrec(s, EXP_RUN, "caller-runs: ran in caller");
-    SUBMIT(s, b, chime_pool_schedule(p, count_fn, b, FAR, &b->h), 0,
+    SUBMIT(s, b, chime_pool_schedule(p, count_fn, b, T_FAR_NS, &b->h), 0,
            "caller-runs: second");
     cr_assert_eq(chime_pool_destroy(p), 0);
 
     /* DISCARD_OLDEST at capacity: the first is evicted as rejected. */
     p = new_pool(s, 1, 1, CHIME_REJECT_DISCARD_OLDEST, "discard-oldest pool");
     a = newrec(s, EXP_REJECTED, "discard-oldest: evicted");
-    SUBMIT(s, a, chime_pool_schedule(p, count_fn, a, FAR, &a->h), 0,
+    SUBMIT(s, a, chime_pool_schedule(p, count_fn, a, T_FAR_NS, &a->h), 0,
            "discard-oldest: first");
     if (a->exp == EXP_NONE) {
         a = newrec(s, EXP_REJECTED, "discard-oldest: evicted (again)");
-        cr_assert_eq(chime_pool_schedule(p, count_fn, a, FAR, &a->h), 0);
+        cr_assert_eq(chime_pool_schedule(p, count_fn, a, T_FAR_NS, &a->h), 0);
     }
     b = newrec(s, EXP_CANCEL, "discard-oldest: kept");
-    SUBMIT(s, b, chime_pool_schedule(p, count_fn, b, FAR, &b->h), 0,
+    SUBMIT(s, b, chime_pool_schedule(p, count_fn, b, T_FAR_NS, &b->h), 0,
            "discard-oldest: second");
     if (b->exp == EXP_NONE)
         a->exp = EXP_CANCEL; /* nothing was evicted */
@@ -572,7 +563,7 @@ scenario(sc *s, long k)
         0, "loop_schedule_with_fixed_delay");
     for (int i = 0; i < N_SLAB; i++) {
         r = newrec(s, EXP_CANCEL, "never due");
-        SUBMIT(s, r, chime_pool_schedule(s->p, count_fn, r, FAR, &r->h), 0,
+        SUBMIT(s, r, chime_pool_schedule(s->p, count_fn, r, T_FAR_NS, &r->h), 0,
                "schedule (never due)");
     }
     s->l2 = new_loop(s, "loop_new (second)");
@@ -610,7 +601,8 @@ scenario(sc *s, long k)
     r = newrec(s, EXP_PERIODIC, "heap filler");
     s->filler = (int)(r - s->r);
     SUBMIT(s, r,
-           chime_pool_schedule_at_fixed_rate(s->p, filler_fn, s, 0, FAR, &r->h),
+           chime_pool_schedule_at_fixed_rate(s->p, filler_fn, s, 0, T_FAR_NS,
+                                             &r->h),
            0, "schedule_at_fixed_rate (filler)");
     if (r->h) {
         cr_assert(T_WAIT_UNTIL(atomic_load(&r->runs) == 1, T_LONG_NS),
@@ -892,14 +884,6 @@ factory_pool(factory *f, unsigned threads)
     chime_pool *p = NULL;
     cr_assert_eq(chime_pool_new(&o, &p), 0);
     return p;
-}
-
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats st;
-    cr_assert_eq(chime_pool_get_stats(p, &st), 0);
-    return st;
 }
 
 Test(faults, a_factory_that_always_fails_refuses_work_needing_a_worker)

@@ -74,7 +74,6 @@ heap_update(chime_heap *h, struct chime_task *t)
     chime__heap_update(h, t, get_dl(t));
 }
 
-
 static uint64_t
 rng_next(uint64_t *s)
 {

@@ -197,14 +197,8 @@ body_fn(chime_task *self, void *arg, void **result)
     return 0;
 }
 
-static int
-fail_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)arg;
-    (void)result;
-    return -EPROTO;
-}
+/* The cause of the failing tasks below (t_fail_fn's arg). */
+static int eproto = -EPROTO;
 
 /* ---- tests ------------------------------------------------------------- */
 
@@ -427,7 +421,7 @@ Test(hooks, failing_execute_task_reaches_after_run_and_on_error)
     rec r;
     rec_init(&r, 1, 1);
     chime_pool *p = hooked_pool(&r, 1);
-    cr_assert_eq(chime_pool_execute(p, fail_fn, NULL), 0);
+    cr_assert_eq(chime_pool_execute(p, t_fail_fn, &eproto), 0);
     cr_assert(t_latch_wait(&r.error_latch, T_LONG_NS));
     cr_assert(t_latch_wait(&r.after_latch, T_LONG_NS));
 
@@ -436,7 +430,7 @@ Test(hooks, failing_execute_task_reaches_after_run_and_on_error)
     cr_assert_eq(r.error_err, -EPROTO);
     cr_assert_not_null(r.error_task);
     cr_assert_eq(r.error_task, r.after_task);
-    cr_assert_eq(r.error_fn, fail_fn);
+    cr_assert_eq(r.error_fn, t_fail_fn);
     cr_assert_lt(r.before_tick, r.after_tick);
     cr_assert_lt(r.after_tick, r.error_tick, "on_error runs after after_run");
     cr_assert(pthread_equal(r.error_thr, r.after_thr));
@@ -471,7 +465,7 @@ Test(hooks, failing_task_cause_reaches_handle_and_hooks)
     rec_init(&r, 1, 1);
     chime_pool *p = hooked_pool(&r, 1);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, fail_fn, NULL, 0, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_fail_fn, &eproto, 0, &h), 0);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), CHIME_EFAILED);
     cr_assert_eq(chime_task_error(h), -EPROTO);
     cr_assert(t_latch_wait(&r.error_latch, T_LONG_NS));

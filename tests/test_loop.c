@@ -35,275 +35,12 @@
 
 TestSuite(loop, .timeout = 20);
 
-#define START (1000 * CHIME_SEC)
 #define MS CHIME_MSEC
-#define QUIET_NS (30 * CHIME_MSEC)
-#define FAR (60 * CHIME_SEC)
 
 /* ---- helpers ------------------------------------------------------------ */
 
+/* A bogus non-NULL value to see that *out is cleared. */
 static int marker;
-
-static chime_pool *
-pool_opts(chime_pool_options *o)
-{
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(o, &p), 0);
-    cr_assert_not_null(p);
-    return p;
-}
-
-static chime_pool *
-pool_with(unsigned threads)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    return pool_opts(&o);
-}
-
-static chime_pool *
-vpool(unsigned threads, t_clock *c)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    t_clock_options(&o, c, START);
-    return pool_opts(&o);
-}
-
-static chime_loop *
-loop_new(chime_pool *p, unsigned batch_limit)
-{
-    chime_loop_options o;
-    chime_loop_options_init(&o);
-    o.batch_limit = batch_limit;
-    chime_loop *l = NULL;
-    cr_assert_eq(chime_loop_new(p, &o, &l), 0);
-    cr_assert_not_null(l);
-    cr_assert_geq(chime_loop_fd(l), 0);
-    return l;
-}
-
-static chime_loop_stats
-lstats(chime_loop *l)
-{
-    chime_loop_stats s;
-    cr_assert_eq(chime_loop_get_stats(l, &s), 0);
-    return s;
-}
-
-static size_t
-ready_of(chime_loop *l)
-{
-    chime_loop_stats s;
-    if (chime_loop_get_stats(l, &s) != 0)
-        return (size_t)-1;
-    return s.ready;
-}
-
-static chime_pool_stats
-pstats(chime_pool *p)
-{
-    chime_pool_stats s;
-    cr_assert_eq(chime_pool_get_stats(p, &s), 0);
-    return s;
-}
-
-/* Readable within timeout_ms (0: right now). */
-static bool
-fd_readable_within(int fd, int timeout_ms)
-{
-    struct pollfd pfd = {.fd = fd, .events = POLLIN};
-    int n;
-    do
-        n = poll(&pfd, 1, timeout_ms);
-    while (n < 0 && errno == EINTR);
-    return n > 0 && (pfd.revents & POLLIN);
-}
-
-static bool
-readable(chime_loop *l)
-{
-    return fd_readable_within(chime_loop_fd(l), 0);
-}
-
-/* True if the fd stays quiet for QUIET_NS (a bounded wait that must time
- * out). */
-static bool
-stays_quiet(chime_loop *l)
-{
-    return !fd_readable_within(chime_loop_fd(l), (int)(QUIET_NS / MS));
-}
-
-static bool
-fd_is_closed(int fd)
-{
-    errno = 0;
-    return fcntl(fd, F_GETFD) == -1 && errno == EBADF;
-}
-
-/* On the loop thread (the caller): waits on the fd and dispatches until
- * `cond` holds, at most timeout_ns. Yields whether it held. */
-#define DISPATCH_UNTIL(l, cond, timeout_ns)                                    \
-    ({                                                                         \
-        int64_t d_end_ = chime_now_ns() + (timeout_ns);                        \
-        bool d_ok_ = false;                                                    \
-        int d_fd_ = chime_loop_fd(l);                                          \
-        for (;;) {                                                             \
-            if (cond) {                                                        \
-                d_ok_ = true;                                                  \
-                break;                                                         \
-            }                                                                  \
-            if (chime_now_ns() >= d_end_)                                      \
-                break;                                                         \
-            if (fd_readable_within(d_fd_, 1)) {                                \
-                int d_rc_ = chime_loop_dispatch(l);                            \
-                cr_assert_geq(d_rc_, 0, "dispatch: %s",                        \
-                              chime_strerror(d_rc_));                          \
-            }                                                                  \
-        }                                                                      \
-        d_ok_;                                                                 \
-    })
-
-/* A test-owned loop thread: declares itself the loop thread, then polls the
- * fd and dispatches until told to stop. */
-typedef struct runner {
-    chime_loop *loop;
-    pthread_t thread; /* main thread only */
-    pthread_t tid;    /* written by the runner before `up` counts down */
-    atomic_bool stop;
-    atomic_int set_rc;
-    atomic_int errors; /* dispatch calls that returned < 0 */
-    atomic_llong ran;  /* sum of dispatch results */
-    t_latch up;
-} runner;
-
-static void *
-runner_main(void *arg)
-{
-    runner *r = arg;
-    r->tid = pthread_self();
-    atomic_store(&r->set_rc, chime_loop_set_thread(r->loop));
-    t_latch_count_down(&r->up);
-    int fd = chime_loop_fd(r->loop);
-    while (!atomic_load(&r->stop)) {
-        /* The timeout only bounds how late `stop` is noticed. */
-        if (!fd_readable_within(fd, 20))
-            continue;
-        int n = chime_loop_dispatch(r->loop);
-        if (n < 0)
-            atomic_fetch_add(&r->errors, 1);
-        else
-            atomic_fetch_add(&r->ran, n);
-    }
-    return NULL;
-}
-
-static void
-runner_start(runner *r, chime_loop *l)
-{
-    r->loop = l;
-    atomic_store(&r->stop, false);
-    atomic_store(&r->set_rc, 1);
-    atomic_store(&r->errors, 0);
-    atomic_store(&r->ran, 0);
-    t_latch_init(&r->up, 1);
-    cr_assert_eq(pthread_create(&r->thread, NULL, runner_main, r), 0);
-    cr_assert(t_latch_wait(&r->up, T_LONG_NS));
-    cr_assert_eq(atomic_load(&r->set_rc), 0, "set_thread in the runner");
-}
-
-static void
-runner_stop(runner *r)
-{
-    atomic_store(&r->stop, true);
-    cr_assert_eq(pthread_join(r->thread, NULL), 0);
-    t_latch_destroy(&r->up);
-    cr_assert_eq(atomic_load(&r->errors), 0, "a dispatch in the runner failed");
-}
-
-/* Runs fn(loop) on a new thread and returns its result. */
-typedef struct on_thread {
-    int (*fn)(chime_loop *);
-    chime_loop *loop;
-    int rc;
-} on_thread;
-
-static void *
-on_thread_main(void *arg)
-{
-    on_thread *o = arg;
-    o->rc = o->fn(o->loop);
-    return NULL;
-}
-
-static int
-run_on_thread(int (*fn)(chime_loop *), chime_loop *l)
-{
-    on_thread o = {.fn = fn, .loop = l, .rc = 1};
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, on_thread_main, &o), 0);
-    cr_assert_eq(pthread_join(t, NULL), 0);
-    return o.rc;
-}
-
-/* Order log, as in test_cancel.c. */
-#define ORDER_MAX 1024
-typedef struct order_log {
-    atomic_int n;
-    atomic_int ids[ORDER_MAX];
-} order_log;
-
-typedef struct order_item {
-    order_log *log;
-    int id;
-} order_item;
-
-static int
-order_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    order_item *it = arg;
-    int i = atomic_fetch_add(&it->log->n, 1);
-    if (i < ORDER_MAX)
-        atomic_store(&it->log->ids[i], it->id);
-    return 0;
-}
-
-/* xorshift64*, seeded from CHIME_SEED or the clock; the seed is printed. */
-static uint64_t
-seed_from_env(const char *test)
-{
-    const char *s = getenv("CHIME_SEED");
-    uint64_t seed = s ? strtoull(s, NULL, 0) : (uint64_t)chime_now_ns();
-    if (seed == 0)
-        seed = 1;
-    fprintf(stderr, "loop::%s: seed %" PRIu64 " (CHIME_SEED to replay)\n", test,
-            seed);
-    cr_log_info("%s: seed %" PRIu64, test, seed);
-    return seed;
-}
-
-static uint64_t
-rnd(uint64_t *s)
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * UINT64_C(2685821657736338717);
-}
-
-static long
-env_long(const char *name, long dflt)
-{
-    const char *s = getenv(name);
-    if (s == NULL || *s == '\0')
-        return dflt;
-    long v = strtol(s, NULL, 0);
-    return v > 0 ? v : dflt;
-}
 
 /* ---- the loop thread ---------------------------------------------------- */
 
@@ -399,18 +136,6 @@ Test(loop, callbacks_run_on_the_loop_thread_whoever_submits_them)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-static int
-do_dispatch(chime_loop *l)
-{
-    return chime_loop_dispatch(l);
-}
-
-static int
-do_set_thread(chime_loop *l)
-{
-    return chime_loop_set_thread(l);
-}
-
 Test(loop, dispatch_from_a_thread_other_than_the_loop_thread_is_eperm)
 {
     chime_pool *p = pool_with(1);
@@ -441,10 +166,10 @@ Test(loop, set_thread_names_the_loop_thread_before_any_dispatch)
     chime_loop *a = loop_new(p, 0);
     cr_assert_eq(chime_loop_set_thread(a), 0);
     cr_assert_eq(chime_loop_set_thread(a), 0, "declaring twice is fine");
-    cr_assert_eq(run_on_thread(do_set_thread, a), -EBUSY);
+    cr_assert_eq(run_on_thread(t_do_set_thread, a), -EBUSY);
     cr_assert_eq(chime_loop_post(a, t_count_fn, &n, NULL), 0);
     cr_assert(T_WAIT_UNTIL(readable(a), T_LONG_NS));
-    cr_assert_eq(run_on_thread(do_dispatch, a), -EPERM);
+    cr_assert_eq(run_on_thread(t_do_dispatch, a), -EPERM);
     cr_assert_eq(atomic_load(&n), 0);
     cr_assert_eq(chime_loop_dispatch(a), 1);
     cr_assert_eq(atomic_load(&n), 1);
@@ -452,13 +177,13 @@ Test(loop, set_thread_names_the_loop_thread_before_any_dispatch)
     /* claimed by the first dispatch */
     chime_loop *b = loop_new(p, 0);
     cr_assert_eq(chime_loop_dispatch(b), 0);
-    cr_assert_eq(run_on_thread(do_set_thread, b), -EBUSY);
-    cr_assert_eq(run_on_thread(do_dispatch, b), -EPERM);
+    cr_assert_eq(run_on_thread(t_do_set_thread, b), -EBUSY);
+    cr_assert_eq(run_on_thread(t_do_dispatch, b), -EPERM);
     cr_assert_eq(chime_loop_set_thread(b), 0);
 
     /* declared by another thread: this one may not dispatch */
     chime_loop *c = loop_new(p, 0);
-    cr_assert_eq(run_on_thread(do_set_thread, c), 0);
+    cr_assert_eq(run_on_thread(t_do_set_thread, c), 0);
     cr_assert_eq(chime_loop_dispatch(c), -EPERM);
     cr_assert_eq(chime_loop_set_thread(c), -EBUSY);
 
@@ -559,7 +284,7 @@ Test(loop, null_and_bad_arguments_are_einval)
     /* nothing was queued by the refused calls */
     s = lstats(l);
     cr_assert_eq(s.ready, 0);
-    cr_assert_eq(pstats(p).pending, 0);
+    cr_assert_eq(stats_of(p).pending, 0);
     cr_assert_eq(chime_loop_dispatch(l), 0);
     cr_assert_eq(atomic_load(&n), 0);
     cr_assert_eq(chime_loop_close(l), 0);
@@ -587,7 +312,7 @@ cmp_due(const void *a, const void *b)
 Test(loop, due_tasks_run_in_deadline_then_submission_order)
 {
     uint64_t seed =
-        seed_from_env("due_tasks_run_in_deadline_then_submission_order");
+        seed_from_env("loop::due_tasks_run_in_deadline_then_submission_order");
     t_clock clk;
     chime_pool *p = vpool(2, &clk);
     cr_assert_geq(chime_pool_prestart_all(p), 0);
@@ -947,7 +672,7 @@ Test(loop, cancel_on_the_loop_thread_beats_a_task_already_ready)
     cr_assert_eq(chime_task_wait(b, 0, NULL), 0);
     cr_assert_eq(chime_task_cancel(a, 0), -EALREADY);
     cr_assert_eq(lstats(l).dispatched, 1);
-    cr_assert_eq(pstats(p).cancelled, 1);
+    cr_assert_eq(stats_of(p).cancelled, 1);
     chime_task_release(a);
     chime_task_release(b);
     cr_assert_eq(chime_loop_close(l), 0);
@@ -1140,8 +865,8 @@ race_act(race *r, int i)
     r->attempts++;
     bool rearm = (i + r->round) % 3 == 2;
     bool was_ready = in_ready_ring(r->loop, r->h[i]);
-    int rc =
-        rearm ? chime_task_rearm(r->h[i], FAR) : chime_task_cancel(r->h[i], 0);
+    int rc = rearm ? chime_task_rearm(r->h[i], T_FAR_NS)
+                   : chime_task_cancel(r->h[i], 0);
     if (rc == 0) {
         atomic_store(&r->rec[i].killed, rearm ? 2 : 1);
         r->round_killed++;
@@ -1171,7 +896,7 @@ race_killer_fn(chime_task *self, void *arg, void **result)
 Test(loop, cancelled_loop_tasks_never_run_under_a_race_with_workers)
 {
     uint64_t seed = seed_from_env(
-        "cancelled_loop_tasks_never_run_under_a_race_with_workers");
+        "loop::cancelled_loop_tasks_never_run_under_a_race_with_workers");
     long want = env_long("CHIME_TEST_RACE_ATTEMPTS", 100000);
     chime_pool *p = pool_with(2);
     cr_assert_geq(chime_pool_prestart_all(p), 0);
@@ -1285,7 +1010,7 @@ Test(loop, cancelled_loop_tasks_never_run_under_a_race_with_workers)
     cr_assert_gt(r->rearmed, 0);
     cr_assert_gt(r->killed_ready, 0, "no attempt hit a ready task");
     cr_assert_eq(chime_loop_dispatch(l), 0);
-    cr_assert_eq(pstats(p).pending, 0);
+    cr_assert_eq(stats_of(p).pending, 0);
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
     free(r);
@@ -1312,8 +1037,8 @@ hammer_main(void *arg)
     long i = 0;
     while (!atomic_load(hm->stop)) {
         chime_task *t = hm->h[i++ % hm->n];
-        int rc =
-            hm->cancel ? chime_task_cancel(t, 0) : chime_task_rearm(t, FAR);
+        int rc = hm->cancel ? chime_task_cancel(t, 0)
+                            : chime_task_rearm(t, T_FAR_NS);
         if (rc != 0 && rc != -EALREADY)
             atomic_fetch_add(&hm->bad_rc, 1);
         atomic_fetch_add(&hm->calls, 1);
@@ -1334,7 +1059,8 @@ Test(loop, cancel_and_rearm_from_other_threads_racing_with_close_are_safe)
     for (long round = 0; round < ROUNDS; round++) {
         chime_loop *l = loop_new(p, 0);
         for (int i = 0; i < K; i++)
-            cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, FAR, &h[i]), 0);
+            cr_assert_eq(
+                chime_loop_schedule(l, t_count_fn, &n, T_FAR_NS, &h[i]), 0);
         atomic_bool stop = false;
         t_latch up;
         t_latch_init(&up, HAMMERS);
@@ -1471,7 +1197,7 @@ Test(loop, a_loop_callbacks_outcome_reaches_its_handle)
     cr_assert_eq(chime_task_get_state(ok), CHIME_TASK_DONE);
     cr_assert_eq(chime_task_wait(bad, 0, NULL), CHIME_EFAILED);
     cr_assert_eq(chime_task_error(bad), -EIO);
-    cr_assert_eq(pstats(p).failed, 1);
+    cr_assert_eq(stats_of(p).failed, 1);
     chime_task_release(ok);
     chime_task_release(bad);
     cr_assert_eq(chime_loop_close(l), 0);
@@ -1503,8 +1229,9 @@ Test(loop, close_cancels_scheduled_and_ready_tasks_and_closes_the_fd)
     atomic_int n = 0;
     enum { FAR_ONE, PERIODIC, DUE, POST1, POST2, NH };
     chime_task *h[NH] = {0};
-    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, FAR, &h[FAR_ONE]), 0);
-    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, t_count_fn, &n, FAR,
+    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, T_FAR_NS, &h[FAR_ONE]),
+                 0);
+    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, t_count_fn, &n, T_FAR_NS,
                                                    10 * MS, &h[PERIODIC]),
                  0);
     cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, 10 * MS, &h[DUE]), 0);
@@ -1513,7 +1240,7 @@ Test(loop, close_cancels_scheduled_and_ready_tasks_and_closes_the_fd)
     cr_assert_eq(chime_loop_post(l, t_count_fn, &n, &h[POST1]), 0);
     cr_assert_eq(chime_loop_post(l, t_count_fn, &n, &h[POST2]), 0);
     cr_assert(T_WAIT_UNTIL(ready_of(l) == 3, T_LONG_NS));
-    cr_assert_eq(pstats(p).pending, 2);
+    cr_assert_eq(stats_of(p).pending, 2);
 
     waiter w = {.h = h[FAR_ONE]};
     atomic_init(&w.rc, 1);
@@ -1534,7 +1261,7 @@ Test(loop, close_cancels_scheduled_and_ready_tasks_and_closes_the_fd)
     cr_assert_eq(atomic_load(&w.rc), -ECANCELED);
     cr_assert_eq(pthread_join(wt, NULL), 0);
     t_latch_destroy(&w.done);
-    chime_pool_stats s = pstats(p);
+    chime_pool_stats s = stats_of(p);
     cr_assert_eq(s.pending, 0);
     cr_assert_eq(s.cancelled, NH);
     /* the pool is unaffected */
@@ -1575,8 +1302,8 @@ Test(loop, close_while_workers_make_tasks_due_cancels_them_all)
             chime_task_release(h[i]);
         }
     }
-    cr_assert(T_WAIT_UNTIL(pstats(p).running == 0, T_LONG_NS));
-    chime_pool_stats s = pstats(p);
+    cr_assert(T_WAIT_UNTIL(stats_of(p).running == 0, T_LONG_NS));
+    chime_pool_stats s = stats_of(p);
     cr_assert_eq(s.pending, 0);
     cr_assert_eq(s.cancelled, (uint64_t)ROUNDS * TASKS);
     cr_assert_eq(chime_pool_destroy(p), 0);
@@ -1624,7 +1351,7 @@ Test(loop, close_from_inside_a_callback_cancels_the_rest_and_rejects_new_work)
     cr_assert_eq(chime_loop_post(l, closer_fn, &c, &hc), 0);
     cr_assert_eq(chime_loop_post(l, t_count_fn, &n, &h1), 0);
     cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, 0, &h2), 0);
-    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, FAR, &hfar), 0);
+    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, T_FAR_NS, &hfar), 0);
     cr_assert(T_WAIT_UNTIL(ready_of(l) == 3, T_LONG_NS));
     int fd = chime_loop_fd(l);
 
@@ -1642,7 +1369,7 @@ Test(loop, close_from_inside_a_callback_cancels_the_rest_and_rejects_new_work)
     cr_assert_eq(chime_task_wait(h1, T_LONG_NS, NULL), -ECANCELED);
     cr_assert_eq(chime_task_wait(h2, T_LONG_NS, NULL), -ECANCELED);
     cr_assert_eq(chime_task_wait(hfar, T_LONG_NS, NULL), -ECANCELED);
-    cr_assert_eq(pstats(p).pending, 0);
+    cr_assert_eq(stats_of(p).pending, 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&n), 0);
     chime_task_release(hc);
@@ -1651,60 +1378,28 @@ Test(loop, close_from_inside_a_callback_cancels_the_rest_and_rejects_new_work)
     chime_task_release(hfar);
 }
 
-typedef struct blocker {
-    t_latch started;
-    t_latch gate;
-    atomic_int interrupted; /* -1 until the callback read it */
-} blocker;
-
-static void
-blocker_init(blocker *b)
-{
-    t_latch_init(&b->started, 1);
-    t_latch_init(&b->gate, 1);
-    atomic_init(&b->interrupted, -1);
-}
-
-static void
-blocker_destroy(blocker *b)
-{
-    t_latch_destroy(&b->started);
-    t_latch_destroy(&b->gate);
-}
-
-static int
-blocker_fn(chime_task *self, void *arg, void **result)
-{
-    (void)result;
-    blocker *b = arg;
-    t_latch_count_down(&b->started);
-    t_latch_wait(&b->gate, T_LONG_NS);
-    atomic_store(&b->interrupted, chime_task_interrupted(self));
-    return 0;
-}
-
 Test(loop, close_from_another_thread_during_a_dispatch_is_eperm)
 {
     chime_pool *p = pool_with(1);
     chime_loop *l = loop_new(p, 0);
     runner r;
     runner_start(&r, l);
-    blocker b;
-    blocker_init(&b);
+    t_gate b;
+    t_gate_init(&b, 1);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_loop_post(l, blocker_fn, &b, NULL), 0);
+    cr_assert_eq(chime_loop_post(l, t_gate_fn, &b, NULL), 0);
     cr_assert(t_latch_wait(&b.started, T_LONG_NS));
     cr_assert_eq(chime_loop_post(l, t_count_fn, &n, &h), 0);
     cr_assert_eq(chime_loop_close(l), -EPERM);
-    t_latch_count_down(&b.gate);
+    t_latch_count_down(&b.open);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0,
                  "a refused close changed the binding");
     runner_stop(&r);
     cr_assert_eq(chime_loop_close(l), 0, "the loop no longer dispatches");
     cr_assert_eq(chime_pool_destroy(p), 0);
     chime_task_release(h);
-    blocker_destroy(&b);
+    t_gate_destroy(&b);
 }
 
 Test(loop, pool_destroy_with_an_open_binding_is_ebusy)
@@ -1713,7 +1408,7 @@ Test(loop, pool_destroy_with_an_open_binding_is_ebusy)
     chime_loop *l = loop_new(p, 0);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, FAR, &h), 0);
+    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, T_FAR_NS, &h), 0);
     cr_assert_eq(chime_pool_destroy(p), -EBUSY);
     /* nothing was done: the pool and the binding still work */
     cr_assert_not(chime_pool_is_shutdown(p));
@@ -1769,12 +1464,12 @@ Test(loop, pool_shutdown_runs_queued_loop_tasks_and_rejects_new_ones)
     chime_loop *l = loop_new(p, 0);
     runner r;
     runner_start(&r, l);
-    blocker b;
-    blocker_init(&b);
+    t_gate b;
+    t_gate_init(&b, 1);
     atomic_int n_due = 0, n_post = 0, n_per = 0, n_late = 0;
     enum { DUE, PERIODIC, POSTED, NH };
     chime_task *h[NH] = {0};
-    cr_assert_eq(chime_loop_post(l, blocker_fn, &b, NULL), 0);
+    cr_assert_eq(chime_loop_post(l, t_gate_fn, &b, NULL), 0);
     cr_assert(t_latch_wait(&b.started, T_LONG_NS));
     cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n_due, 10 * MS, &h[DUE]),
                  0);
@@ -1803,7 +1498,7 @@ Test(loop, pool_shutdown_runs_queued_loop_tasks_and_rejects_new_ones)
     /* periodic tasks are cancelled by shutdown (default policy) */
     cr_assert_eq(chime_task_wait(h[PERIODIC], T_LONG_NS, NULL), -ECANCELED);
 
-    t_latch_count_down(&b.gate);
+    t_latch_count_down(&b.open);
     cr_assert_eq(chime_task_wait(h[POSTED], T_LONG_NS, NULL), 0,
                  "a ready loop task did not run after shutdown");
     t_clock_advance(&clk, p, 10 * MS);
@@ -1826,7 +1521,7 @@ Test(loop, pool_shutdown_runs_queued_loop_tasks_and_rejects_new_ones)
     for (int i = 0; i < NH; i++)
         chime_task_release(h[i]);
     t_latch_destroy(&w.done);
-    blocker_destroy(&b);
+    t_gate_destroy(&b);
 }
 
 /* shutdown_now with a loop callback running (blocked on a gate on the
@@ -1837,7 +1532,7 @@ typedef struct snow {
     chime_pool *p;
     chime_loop *l;
     runner r;
-    blocker b;
+    t_gate b;
     atomic_int n;
     chime_task *hb;
     chime_task *h[4]; /* POST1, POST2, DELAYED, PERIODIC */
@@ -1856,9 +1551,9 @@ snow_setup(snow *s)
     s->p = vpool(1, &s->clk);
     s->l = loop_new(s->p, 0);
     runner_start(&s->r, s->l);
-    blocker_init(&s->b);
+    t_gate_init(&s->b, 1);
     atomic_init(&s->n, 0);
-    cr_assert_eq(chime_loop_post(s->l, blocker_fn, &s->b, &s->hb), 0);
+    cr_assert_eq(chime_loop_post(s->l, t_gate_fn, &s->b, &s->hb), 0);
     cr_assert(t_latch_wait(&s->b.started, T_LONG_NS));
     cr_assert_eq(chime_loop_post(s->l, t_count_fn, &s->n, &s->h[SN_POST1]), 0);
     cr_assert_eq(chime_loop_post(s->l, t_count_fn, &s->n, &s->h[SN_POST2]), 0);
@@ -1879,7 +1574,7 @@ snow_setup(snow *s)
 static void
 snow_teardown(snow *s)
 {
-    t_latch_count_down(&s->b.gate);
+    t_latch_count_down(&s->b.open);
     cr_assert(T_WAIT_UNTIL(chime_task_is_done(s->hb), T_LONG_NS));
     cr_assert(t_latch_wait(&s->w.done, T_LONG_NS),
               "a waiter on a loop task never woke");
@@ -1897,7 +1592,7 @@ snow_teardown(snow *s)
         chime_task_release(s->h[i]);
     chime_task_release(s->hb);
     t_latch_destroy(&s->w.done);
-    blocker_destroy(&s->b);
+    t_gate_destroy(&s->b);
 }
 
 Test(loop, pool_shutdown_now_cancels_pending_loop_tasks_and_wakes_waiters)
@@ -1954,7 +1649,7 @@ Test(loop, pool_shutdown_now_flags_a_running_loop_callback)
     cr_assert_not_null(s);
     snow_setup(s);
     bool flagged = chime_task_interrupted(s->hb);
-    t_latch_count_down(&s->b.gate);
+    t_latch_count_down(&s->b.open);
     cr_assert(T_WAIT_UNTIL(atomic_load(&s->b.interrupted) != -1, T_LONG_NS));
     int seen = atomic_load(&s->b.interrupted);
     snow_teardown(s);
@@ -1965,40 +1660,17 @@ Test(loop, pool_shutdown_now_flags_a_running_loop_callback)
 
 /* ---- periodic loop tasks ----------------------------------------------- */
 
-typedef struct tick {
-    chime_pool *pool;
-    t_clock *clk;
-    int64_t busy; /* virtual time each run "takes" */
-    atomic_int n;
-    _Atomic int64_t at[16]; /* pool time at the start of each run */
-} tick;
-
-static int
-tick_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    tick *t = arg;
-    int i = atomic_load(&t->n);
-    if (i < 16)
-        atomic_store(&t->at[i], chime_pool_now(t->pool));
-    if (t->busy > 0)
-        t_clock_advance(t->clk, t->pool, t->busy);
-    atomic_store(&t->n, i + 1);
-    return 0;
-}
-
 Test(loop, fixed_rate_loop_task_keeps_its_schedule_on_the_virtual_clock)
 {
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
     chime_loop *l = loop_new(p, 0);
     cr_assert_eq(chime_loop_set_thread(l), 0);
-    tick t = {.pool = p, .clk = &clk};
-    atomic_init(&t.n, 0);
+    vrec t;
+    vrec_init(&t, p, &clk);
     chime_task *h = NULL;
     cr_assert_eq(
-        chime_loop_schedule_at_fixed_rate(l, tick_fn, &t, 10 * MS, 10 * MS, &h),
+        chime_loop_schedule_at_fixed_rate(l, vrec_fn, &t, 10 * MS, 10 * MS, &h),
         0);
     cr_assert(chime_task_is_periodic(h));
     cr_assert(stays_quiet(l));
@@ -2007,13 +1679,13 @@ Test(loop, fixed_rate_loop_task_keeps_its_schedule_on_the_virtual_clock)
         cr_assert(T_WAIT_UNTIL(readable(l), T_LONG_NS));
         cr_assert_eq(chime_loop_dispatch(l), 1);
         cr_assert_eq(atomic_load(&t.n), k);
-        cr_assert_eq(atomic_load(&t.at[k - 1]), START + k * 10 * MS);
+        cr_assert_eq(atomic_load(&t.at[k - 1]), T_START_NS + k * 10 * MS);
         cr_assert_eq(chime_task_remaining(h), 10 * MS);
         cr_assert_eq(chime_task_get_state(h), CHIME_TASK_PENDING);
     }
     /* the loop falls 30 ms behind: the missed runs follow at once, then
      * the original schedule resumes (no drift) */
-    t_clock_advance(&clk, p, 30 * MS); /* now START + 50 ms */
+    t_clock_advance(&clk, p, 30 * MS); /* now T_START_NS + 50 ms */
     cr_assert(DISPATCH_UNTIL(l, atomic_load(&t.n) == 5, T_LONG_NS), "runs: %d",
               atomic_load(&t.n));
     cr_assert(stays_quiet(l), "an extra catch-up run became ready");
@@ -2022,7 +1694,7 @@ Test(loop, fixed_rate_loop_task_keeps_its_schedule_on_the_virtual_clock)
     cr_assert_eq(chime_task_remaining(h), 10 * MS, "the schedule drifted");
     t_clock_advance(&clk, p, 10 * MS);
     cr_assert(DISPATCH_UNTIL(l, atomic_load(&t.n) == 6, T_LONG_NS));
-    cr_assert_eq(atomic_load(&t.at[5]), START + 60 * MS);
+    cr_assert_eq(atomic_load(&t.at[5]), T_START_NS + 60 * MS);
 
     cr_assert_eq(chime_task_cancel(h, 0), 0);
     t_clock_advance(&clk, p, 10 * MS);
@@ -2041,10 +1713,11 @@ Test(loop, fixed_delay_loop_task_counts_from_the_end_of_its_run)
     chime_pool *p = vpool(1, &clk);
     chime_loop *l = loop_new(p, 0);
     cr_assert_eq(chime_loop_set_thread(l), 0);
-    tick t = {.pool = p, .clk = &clk, .busy = 3 * MS};
-    atomic_init(&t.n, 0);
+    vrec t;
+    vrec_init(&t, p, &clk);
+    t.each_takes = 3 * MS;
     chime_task *h = NULL;
-    cr_assert_eq(chime_loop_schedule_with_fixed_delay(l, tick_fn, &t, 10 * MS,
+    cr_assert_eq(chime_loop_schedule_with_fixed_delay(l, vrec_fn, &t, 10 * MS,
                                                       10 * MS, &h),
                  0);
     t_clock_advance(&clk, p, 10 * MS);
@@ -2052,7 +1725,7 @@ Test(loop, fixed_delay_loop_task_counts_from_the_end_of_its_run)
     /* the loop gets to it 5 ms late; the run takes 3 ms */
     t_clock_advance(&clk, p, 5 * MS);
     cr_assert_eq(chime_loop_dispatch(l), 1);
-    cr_assert_eq(atomic_load(&t.at[0]), START + 15 * MS);
+    cr_assert_eq(atomic_load(&t.at[0]), T_START_NS + 15 * MS);
     /* ended at +18: next run at +28 */
     cr_assert_eq(chime_task_remaining(h), 10 * MS, "next run in %" PRId64 " ns",
                  chime_task_remaining(h));
@@ -2062,7 +1735,7 @@ Test(loop, fixed_delay_loop_task_counts_from_the_end_of_its_run)
     t_clock_advance(&clk, p, 1);
     cr_assert(T_WAIT_UNTIL(readable(l), T_LONG_NS));
     cr_assert_eq(chime_loop_dispatch(l), 1);
-    cr_assert_eq(atomic_load(&t.at[1]), START + 28 * MS);
+    cr_assert_eq(atomic_load(&t.at[1]), T_START_NS + 28 * MS);
     cr_assert_eq(chime_task_remaining(h), 10 * MS);
     cr_assert_eq(chime_task_cancel(h, 0), 0);
     chime_task_release(h);
@@ -2073,15 +1746,6 @@ Test(loop, fixed_delay_loop_task_counts_from_the_end_of_its_run)
 
 /* ---- fork --------------------------------------------------------------- */
 
-static int
-noop_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)arg;
-    (void)result;
-    return 0;
-}
-
 Test(loop, calls_on_inherited_objects_in_a_forked_child_are_echild)
 {
     chime_pool *p = pool_with(2);
@@ -2090,7 +1754,7 @@ Test(loop, calls_on_inherited_objects_in_a_forked_child_are_echild)
     cr_assert_eq(chime_loop_set_thread(l), 0);
     atomic_int n = 0;
     chime_task *far = NULL;
-    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, FAR, &far), 0);
+    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, T_FAR_NS, &far), 0);
     cr_assert_eq(chime_loop_post(l, t_count_fn, &n, NULL), 0);
     cr_assert(T_WAIT_UNTIL(ready_of(l) == 1, T_LONG_NS));
 
@@ -2101,11 +1765,11 @@ Test(loop, calls_on_inherited_objects_in_a_forked_child_are_echild)
         /* the child: one bit per call that did not say -ECHILD */
         int bad = 0;
         chime_task *h = (chime_task *)&marker;
-        if (chime_loop_post(l, noop_fn, NULL, &h) != -ECHILD)
+        if (chime_loop_post(l, t_noop_fn, NULL, &h) != -ECHILD)
             bad |= 1 << 0;
-        if (chime_pool_schedule(p, noop_fn, NULL, 0, NULL) != -ECHILD)
+        if (chime_pool_schedule(p, t_noop_fn, NULL, 0, NULL) != -ECHILD)
             bad |= 1 << 1;
-        if (chime_loop_schedule(l, noop_fn, NULL, 0, NULL) != -ECHILD)
+        if (chime_loop_schedule(l, t_noop_fn, NULL, 0, NULL) != -ECHILD)
             bad |= 1 << 2;
         if (chime_loop_dispatch(l) != -ECHILD)
             bad |= 1 << 3;

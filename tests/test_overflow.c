@@ -13,36 +13,7 @@
 
 TestSuite(overflow, .timeout = 10);
 
-#define UPPER_NS (5 * CHIME_SEC)
-#define QUIET_NS (30 * CHIME_MSEC)
-
 /* ---- helpers ------------------------------------------------------------ */
-
-static chime_pool *
-pool_opts(chime_pool_options *o)
-{
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(o, &p), 0);
-    cr_assert_not_null(p);
-    return p;
-}
-
-static chime_pool *
-pool_with(unsigned threads)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    return pool_opts(&o);
-}
-
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats s;
-    cr_assert_eq(chime_pool_get_stats(p, &s), 0);
-    return s;
-}
 
 /* The four submission kinds. */
 enum { API_EXECUTE, API_SCHEDULE, API_FIXED_RATE, API_FIXED_DELAY, API_N };
@@ -149,9 +120,7 @@ Test(overflow, end_of_time_task_never_delays_a_due_task)
         /* execute has no delay: the end-of-time task uses the other 3 */
         for (int end_api = API_SCHEDULE; end_api < API_N; end_api++) {
             for (size_t e = 0; e < sizeof ends / sizeof ends[0]; e++) {
-                chime_pool_options o;
-                chime_pool_options_init(&o);
-                o.threads = 1;
+                chime_pool_options o = t_options(1);
                 o.execute_delayed_after_shutdown = false;
                 chime_pool *p = pool_opts(&o);
                 t_latch gate, due_ran;
@@ -245,7 +214,7 @@ Test(overflow, far_deadline_does_not_make_the_worker_spin)
     cr_assert_eq(chime_task_wait(h, 50 * CHIME_MSEC, NULL), -ETIMEDOUT);
     int64_t waited = chime_now_ns() - t0;
     cr_assert_geq(waited, 50 * CHIME_MSEC);
-    cr_assert_lt(waited, UPPER_NS);
+    cr_assert_lt(waited, T_UPPER_NS);
     uint64_t waits1 = stats_of(p).timed_waits;
     cr_assert_leq(waits1 - waits0, 2, "worker woke %llu times",
                   (unsigned long long)(waits1 - waits0));
@@ -354,21 +323,11 @@ Test(overflow, max_task_sleep_sleeps_until_interrupted)
 /* The manual clock starts 100 ms before INT64_MAX. */
 #define NEAR_END (INT64_MAX - 100 * CHIME_MSEC)
 
-static chime_pool *
-pool_near_end(unsigned threads, t_clock *c)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    t_clock_options(&o, c, NEAR_END);
-    return pool_opts(&o);
-}
-
 /* B26 on the virtual clock */
 Test(overflow, deadline_saturates_instead_of_wrapping)
 {
     t_clock c;
-    chime_pool *p = pool_near_end(1, &c);
+    chime_pool *p = vpool_at(1, &c, NEAR_END);
     atomic_int far = 0, near = 0;
     chime_task *hf = NULL, *hn = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &far, CHIME_SEC, &hf), 0);
@@ -377,7 +336,7 @@ Test(overflow, deadline_saturates_instead_of_wrapping)
     /* saturated at INT64_MAX: 100 ms away, not in the past */
     cr_assert_eq(chime_task_remaining(hf), 100 * CHIME_MSEC);
     cr_assert_eq(chime_task_remaining(hn), 10 * CHIME_MSEC);
-    cr_assert_eq(chime_task_wait(hf, QUIET_NS, NULL), -ETIMEDOUT,
+    cr_assert_eq(chime_task_wait(hf, T_QUIET_NS, NULL), -ETIMEDOUT,
                  "a saturated deadline ran at once");
     t_clock_advance(&c, p, 10 * CHIME_MSEC);
     cr_assert_eq(chime_task_wait(hn, T_LONG_NS, NULL), 0);
@@ -386,7 +345,7 @@ Test(overflow, deadline_saturates_instead_of_wrapping)
     /* re-arm saturates the same way */
     cr_assert_eq(chime_task_rearm(hf, INT64_MAX), 0);
     cr_assert_eq(chime_task_remaining(hf), 90 * CHIME_MSEC);
-    cr_assert_eq(chime_task_wait(hf, QUIET_NS, NULL), -ETIMEDOUT);
+    cr_assert_eq(chime_task_wait(hf, T_QUIET_NS, NULL), -ETIMEDOUT);
     chime_task_release(hf);
     chime_task_release(hn);
     cr_assert_eq(chime_pool_destroy(p), 0);
@@ -401,7 +360,7 @@ Test(overflow, periodic_next_deadline_saturates_instead_of_wrapping)
      * INT64_MAX; wrapping would make it due at once and spin. */
     for (int api = API_FIXED_RATE; api <= API_FIXED_DELAY; api++) {
         t_clock c;
-        chime_pool *p = pool_near_end(1, &c);
+        chime_pool *p = vpool_at(1, &c, NEAR_END);
         atomic_int n = 0;
         chime_task *h = NULL;
         int rc = api == API_FIXED_RATE
@@ -417,10 +376,10 @@ Test(overflow, periodic_next_deadline_saturates_instead_of_wrapping)
             "%s never re-queued", api_name[api]);
         cr_assert_eq(chime_task_remaining(h), 100 * CHIME_MSEC, "%s",
                      api_name[api]);
-        cr_assert_not(T_WAIT_UNTIL(atomic_load(&n) != 1, QUIET_NS),
+        cr_assert_not(T_WAIT_UNTIL(atomic_load(&n) != 1, T_QUIET_NS),
                       "%s ran again at once", api_name[api]);
         t_clock_advance(&c, p, 50 * CHIME_MSEC);
-        cr_assert_not(T_WAIT_UNTIL(atomic_load(&n) != 1, QUIET_NS));
+        cr_assert_not(T_WAIT_UNTIL(atomic_load(&n) != 1, T_QUIET_NS));
         cr_assert_eq(chime_task_cancel(h, 0), 0);
         chime_task_release(h);
         cr_assert_eq(chime_pool_destroy(p), 0);
@@ -432,11 +391,7 @@ Test(overflow, periodic_next_deadline_saturates_instead_of_wrapping)
 Test(overflow, negative_delays_mean_now)
 {
     t_clock c;
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = 1;
-    t_clock_options(&o, &c, CHIME_SEC);
-    chime_pool *p = pool_opts(&o);
+    chime_pool *p = vpool_at(1, &c, CHIME_SEC);
     t_latch gate;
     t_latch_init(&gate, 1);
     chime_task *blocker = NULL;

@@ -15,14 +15,6 @@ TestSuite(reject, .timeout = 10);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats s;
-    cr_assert_eq(chime_pool_get_stats(p, &s), 0);
-    return s;
-}
-
 /* Records calls of the CALL policy's handler. */
 typedef struct reject_rec {
     pthread_mutex_t mu;
@@ -76,9 +68,7 @@ static chime_pool *
 new_pool(t_clock *clk, chime_reject_policy pol, size_t max_pending,
          reject_rec *r)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = 1;
+    chime_pool_options o = t_options(1);
     o.max_pending = max_pending;
     o.reject_policy = pol;
     if (r != NULL) {
@@ -86,9 +76,7 @@ new_pool(t_clock *clk, chime_reject_policy pol, size_t max_pending,
         o.reject_ctx = r;
     }
     t_clock_options(&o, clk, 0);
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    return p;
+    return pool_opts(&o);
 }
 
 /* Fills the queue with n tasks due at (i + 1) seconds. */

@@ -15,61 +15,6 @@ TestSuite(shutdown, .timeout = 10);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats s;
-    cr_assert_eq(chime_pool_get_stats(p, &s), 0);
-    return s;
-}
-
-static chime_pool *
-new_pool(unsigned threads, t_clock *clk)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    if (clk != NULL)
-        t_clock_options(&o, clk, 0);
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    return p;
-}
-
-/* Blocks until the gate opens, ignoring interrupts. */
-typedef struct gate {
-    t_latch started;
-    t_latch open;
-    atomic_int runs;
-} gate;
-
-static void
-gate_init(gate *g, int tasks)
-{
-    t_latch_init(&g->started, tasks);
-    t_latch_init(&g->open, 1);
-    atomic_store(&g->runs, 0);
-}
-
-static void
-gate_destroy(gate *g)
-{
-    t_latch_destroy(&g->started);
-    t_latch_destroy(&g->open);
-}
-
-static int
-gate_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    gate *g = arg;
-    atomic_fetch_add(&g->runs, 1);
-    t_latch_count_down(&g->started);
-    t_latch_wait(&g->open, T_LONG_NS);
-    return 0;
-}
-
 /* Sleeps interruptibly for 5 s; records how the sleep ended. */
 #define SLEEP_NS (5 * CHIME_SEC)
 
@@ -116,7 +61,7 @@ in_set(chime_task *const *set, size_t n, chime_task *t)
 /* B61 */
 Test(shutdown, is_shutdown_is_set_by_shutdown_which_is_idempotent)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     cr_assert(!chime_pool_is_shutdown(p));
     cr_assert_eq(chime_pool_shutdown(p), 0);
     cr_assert(chime_pool_is_shutdown(p));
@@ -133,11 +78,11 @@ Test(shutdown, is_shutdown_is_set_by_shutdown_which_is_idempotent)
 /* B62 */
 Test(shutdown, terminating_and_terminated_follow_the_lifecycle)
 {
-    chime_pool *p = new_pool(1, NULL);
-    gate g;
-    gate_init(&g, 1);
+    chime_pool *p = pool_with(1);
+    t_gate g;
+    t_gate_init(&g, 1);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &h), 0);
     cr_assert(t_latch_wait(&g.started, T_LONG_NS));
     cr_assert(!chime_pool_is_terminating(p));
     cr_assert(!chime_pool_is_terminated(p));
@@ -155,14 +100,14 @@ Test(shutdown, terminating_and_terminated_follow_the_lifecycle)
     cr_assert_eq(chime_task_wait(h, 0, NULL), 0, "running task finished");
     chime_task_release(h);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
+    t_gate_destroy(&g);
 }
 
 /* B63. Java answers at once for negative timeouts; in chime a negative
  * timeout means "forever", so only 0 polls. */
 Test(shutdown, await_termination_times_out_on_a_running_pool)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     int64_t t0 = chime_now_ns();
     cr_assert_eq(chime_pool_await_termination(p, 0), -ETIMEDOUT);
     cr_assert_lt(chime_now_ns() - t0, 2 * CHIME_SEC, "0 polls");
@@ -213,12 +158,12 @@ assert_all_kinds_rejected(chime_pool *p, atomic_int *runs)
 static void
 wedged_pool_rejects(bool now)
 {
-    chime_pool *p = new_pool(2, NULL);
-    gate g;
-    gate_init(&g, 2);
+    chime_pool *p = pool_with(2);
+    t_gate g;
+    t_gate_init(&g, 2);
     chime_task *h[2];
     for (int i = 0; i < 2; i++)
-        cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &h[i]), 0);
+        cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &h[i]), 0);
     cr_assert(t_latch_wait(&g.started, T_LONG_NS));
 
     if (now) {
@@ -248,7 +193,7 @@ wedged_pool_rejects(bool now)
         chime_task_release(h[i]);
     }
     cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
+    t_gate_destroy(&g);
 }
 
 /* B64, B75 */
@@ -266,7 +211,7 @@ Test(shutdown, wedged_pool_rejects_every_submission_after_shutdown_now)
 /* B75: also after termination of a pool that never had a worker. */
 Test(shutdown, submissions_after_termination_are_rejected)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     cr_assert_eq(chime_pool_shutdown(p), 0);
     cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0);
     atomic_int runs = 0;
@@ -331,17 +276,17 @@ Test(shutdown, default_policies_and_setters_round_trip)
 Test(shutdown, shutdown_keeps_one_shots_and_cancels_periodic_tasks)
 {
     t_clock clk;
-    chime_pool *p = new_pool(4, &clk);
-    gate g;
-    gate_init(&g, 4);
+    chime_pool *p = vpool_at(4, &clk, 0);
+    t_gate g;
+    t_gate_init(&g, 4);
     chime_task *w1[4];
-    cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &w1[0]), 0);
-    cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, CHIME_MSEC, &w1[1]), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &w1[0]), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, CHIME_MSEC, &w1[1]), 0);
     t_clock_advance(&clk, p, CHIME_MSEC);
-    cr_assert_eq(
-        chime_pool_schedule_at_fixed_rate(p, gate_fn, &g, 0, CHIME_SEC, &w1[2]),
-        0);
-    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, gate_fn, &g, 0,
+    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_gate_fn, &g, 0,
+                                                   CHIME_SEC, &w1[2]),
+                 0);
+    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, t_gate_fn, &g, 0,
                                                       CHIME_SEC, &w1[3]),
                  0);
     cr_assert(t_latch_wait(&g.started, T_LONG_NS));
@@ -398,7 +343,7 @@ Test(shutdown, shutdown_keeps_one_shots_and_cancels_periodic_tasks)
         chime_task_release(w2[i]);
     }
     cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
+    t_gate_destroy(&g);
 }
 
 /* B70: execute_delayed_after_shutdown false cancels the one-shots not yet
@@ -406,18 +351,15 @@ Test(shutdown, shutdown_keeps_one_shots_and_cancels_periodic_tasks)
 Test(shutdown, execute_delayed_false_cancels_only_not_yet_due_one_shots)
 {
     t_clock clk;
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = 2;
+    chime_pool_options o = t_options(2);
     o.execute_delayed_after_shutdown = false;
     t_clock_options(&o, &clk, 0);
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    gate g;
-    gate_init(&g, 2);
+    chime_pool *p = pool_opts(&o);
+    t_gate g;
+    t_gate_init(&g, 2);
     chime_task *w1[2];
     for (int i = 0; i < 2; i++)
-        cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &w1[i]), 0);
+        cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &w1[i]), 0);
     cr_assert(t_latch_wait(&g.started, T_LONG_NS));
 
     atomic_int due = 0, overdue = 0, later = 0;
@@ -450,7 +392,7 @@ Test(shutdown, execute_delayed_false_cancels_only_not_yet_due_one_shots)
     for (int i = 0; i < 2; i++)
         chime_task_release(w1[i]);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
+    t_gate_destroy(&g);
 }
 
 typedef struct fail_nth {
@@ -473,13 +415,10 @@ fail_nth_fn(chime_task *self, void *arg, void **result)
 Test(shutdown, continue_periodic_keeps_periodic_tasks_running)
 {
     t_clock clk;
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = 1;
+    chime_pool_options o = t_options(1);
     o.continue_periodic_after_shutdown = true;
     t_clock_options(&o, &clk, 0);
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
+    chime_pool *p = pool_opts(&o);
 
     fail_nth rate = {0, 3};
     atomic_int fixed = 0;
@@ -526,7 +465,7 @@ Test(shutdown, continue_periodic_keeps_periodic_tasks_running)
 Test(shutdown, queued_periodic_task_is_removed_at_shutdown)
 {
     t_clock clk;
-    chime_pool *p = new_pool(1, &clk);
+    chime_pool *p = vpool_at(1, &clk, 0);
     atomic_int runs = 0;
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule_at_fixed_rate(
@@ -546,7 +485,7 @@ Test(shutdown, queued_periodic_task_is_removed_at_shutdown)
 Test(shutdown, clearing_continue_periodic_after_shutdown_applies_at_once)
 {
     t_clock clk;
-    chime_pool *p = new_pool(1, &clk);
+    chime_pool *p = vpool_at(1, &clk, 0);
     cr_assert_eq(chime_pool_set_continue_periodic_after_shutdown(p, true), 0);
     atomic_int runs = 0;
     chime_task *h = NULL;
@@ -572,7 +511,7 @@ Test(shutdown, clearing_continue_periodic_after_shutdown_applies_at_once)
 Test(shutdown, clearing_execute_delayed_after_shutdown_applies_at_once)
 {
     t_clock clk;
-    chime_pool *p = new_pool(1, &clk);
+    chime_pool *p = vpool_at(1, &clk, 0);
     atomic_int runs = 0;
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs, 10 * CHIME_SEC, &h),
@@ -594,7 +533,7 @@ Test(shutdown, clearing_execute_delayed_after_shutdown_applies_at_once)
  * without waiting for the task's next run (remove_on_cancel, the default). */
 Test(shutdown, cancelling_the_last_periodic_task_after_shutdown_terminates)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     cr_assert_eq(chime_pool_set_continue_periodic_after_shutdown(p, true), 0);
     atomic_int runs = 0;
     chime_task *h = NULL;
@@ -622,7 +561,7 @@ Test(shutdown, cancelling_the_last_periodic_task_after_shutdown_terminates)
 Test(shutdown, shutdown_now_interrupts_running_and_returns_queued_tasks)
 {
     enum { N = 5 };
-    chime_pool *p = new_pool(2, NULL);
+    chime_pool *p = pool_with(2);
     sleeper s = {0};
     t_latch_init(&s.started, 2);
     chime_task *h[N];
@@ -681,7 +620,7 @@ Test(shutdown, shutdown_now_returns_exactly_the_never_run_tasks)
 {
     enum { N = 9 };
     t_clock clk;
-    chime_pool *p = new_pool(1, &clk);
+    chime_pool *p = vpool_at(1, &clk, 0);
     atomic_int runs = 0;
     chime_task *h[N];
     const int64_t d = 9 * CHIME_SEC;
@@ -728,7 +667,7 @@ Test(shutdown, shutdown_now_returns_exactly_the_never_run_tasks)
 Test(shutdown, shutdown_now_without_an_array_still_cancels_queued_tasks)
 {
     t_clock clk;
-    chime_pool *p = new_pool(1, &clk);
+    chime_pool *p = vpool_at(1, &clk, 0);
     atomic_int runs = 0;
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs, CHIME_SEC, &h), 0);
@@ -765,7 +704,7 @@ spin_until_interrupted_fn(chime_task *self, void *arg, void **result)
 
 Test(shutdown, shutdown_now_flag_is_visible_to_a_polling_body)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     t_latch started;
     t_latch_init(&started, 1);
     chime_task *h = NULL;
@@ -789,7 +728,7 @@ Test(shutdown, shutdown_now_flag_is_visible_to_a_polling_body)
  * and the handles stay readable after the pool is gone. */
 Test(shutdown, destroy_cancels_pending_tasks_and_handles_stay_readable)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     sleeper s = {0};
     t_latch_init(&s.started, 1);
     atomic_int runs = 0;
@@ -857,7 +796,7 @@ self_call_fn(chime_task *self, void *arg, void **result)
  * themselves: -EDEADLK, and nothing is done. */
 Test(shutdown, await_and_destroy_from_a_task_report_edeadlk)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     self_call c;
     atomic_store(&c.pool, p);
     atomic_store(&c.await_rc, 1);
