@@ -74,6 +74,14 @@ t_stays(atomic_int *n, int value)
     return !T_WAIT_UNTIL(atomic_load(n) != value, T_QUIET_NS);
 }
 
+bool
+t_requeued(atomic_int *counter, chime_task *h, int runs)
+{
+    return T_WAIT_UNTIL(atomic_load(counter) == runs &&
+                            chime_task_get_state(h) == CHIME_TASK_PENDING,
+                        T_LONG_NS);
+}
+
 /* ---- pools and bindings ------------------------------------------------- */
 
 chime_pool_options
@@ -83,6 +91,18 @@ t_options(unsigned threads)
     chime_pool_options_init(&o);
     o.threads = threads;
     return o;
+}
+
+void
+t_set_hooks(chime_pool_options *o, const t_hooks *h, void *ctx)
+{
+    o->on_thread_start = h->thread_start;
+    o->on_thread_stop = h->thread_stop;
+    o->on_terminated = h->terminated;
+    o->before_run = h->before;
+    o->after_run = h->after;
+    o->on_error = h->error;
+    o->hook_ctx = ctx;
 }
 
 chime_pool *
@@ -102,11 +122,17 @@ pool_with(unsigned threads)
 }
 
 chime_pool *
+vpool_opts(chime_pool_options *o, t_clock *c, int64_t start)
+{
+    t_clock_options(o, c, start);
+    return pool_opts(o);
+}
+
+chime_pool *
 vpool_at(unsigned threads, t_clock *c, int64_t start)
 {
     chime_pool_options o = t_options(threads);
-    t_clock_options(&o, c, start);
-    return pool_opts(&o);
+    return vpool_opts(&o, c, start);
 }
 
 chime_pool *
@@ -380,6 +406,54 @@ t_gate_fn(chime_task *self, void *arg, void **result)
     return 0;
 }
 
+void
+t_gate_hold(t_gate *g, chime_pool *p, int n, chime_task **h)
+{
+    t_gate_init(g, n);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(chime_pool_schedule(p, t_gate_fn, g, 0, h ? &h[i] : NULL),
+                     0);
+    cr_assert(t_latch_wait(&g->started, T_LONG_NS), "the gate tasks never ran");
+}
+
+/* ---- the sleeper -------------------------------------------------------- */
+
+void
+t_sleeper_init(t_sleeper *s, int tasks, int64_t ns)
+{
+    s->ns = ns;
+    t_latch_init(&s->started, tasks);
+    atomic_init(&s->runs, 0);
+    atomic_init(&s->eintr, 0);
+    atomic_init(&s->interrupted, 0);
+    atomic_init(&s->slept, 0);
+    atomic_init(&s->rc, 1);
+}
+
+void
+t_sleeper_destroy(t_sleeper *s)
+{
+    t_latch_destroy(&s->started);
+}
+
+int
+t_sleeper_fn(chime_task *self, void *arg, void **result)
+{
+    (void)result;
+    t_sleeper *s = arg;
+    atomic_fetch_add(&s->runs, 1);
+    t_latch_count_down(&s->started);
+    int64_t t0 = chime_now_ns();
+    int rc = chime_task_sleep(self, s->ns);
+    atomic_store(&s->slept, chime_now_ns() - t0);
+    if (rc == -EINTR)
+        atomic_fetch_add(&s->eintr, 1);
+    if (chime_task_interrupted(self))
+        atomic_fetch_add(&s->interrupted, 1);
+    atomic_store(&s->rc, rc); /* last: the outcome is complete */
+    return 0;
+}
+
 /* ---- order log ---------------------------------------------------------- */
 
 int
@@ -435,12 +509,40 @@ vrec_fn(chime_task *self, void *arg, void **result)
     return 0;
 }
 
-bool
-requeued_after(vrec *r, chime_task *h, int runs)
+void
+t_release_all(chime_task **h, size_t n)
 {
-    return T_WAIT_UNTIL(atomic_load(&r->n) == runs &&
-                            chime_task_get_state(h) == CHIME_TASK_PENDING,
-                        T_LONG_NS);
+    for (size_t i = 0; i < n; i++)
+        chime_task_release(h[i]);
+}
+
+void
+t_release_list(chime_task **tasks, size_t n)
+{
+    t_release_all(tasks, n);
+    free(tasks);
+}
+
+chime_task *
+t_block_worker(chime_pool *p, t_latch *gate)
+{
+    chime_task *h = NULL;
+    t_latch_init(gate, 1);
+    cr_assert_eq(chime_pool_schedule(p, t_block_fn, gate, 0, &h), 0);
+    cr_assert(
+        T_WAIT_UNTIL(chime_task_get_state(h) == CHIME_TASK_RUNNING, T_LONG_NS),
+        "the blocking task never ran");
+    return h;
+}
+
+int
+t_schedule_periodic(chime_pool *p, bool fixed_rate, chime_task_fn fn, void *arg,
+                    int64_t delay, int64_t period, chime_task **out)
+{
+    if (fixed_rate)
+        return chime_pool_schedule_at_fixed_rate(p, fn, arg, delay, period,
+                                                 out);
+    return chime_pool_schedule_with_fixed_delay(p, fn, arg, delay, period, out);
 }
 
 void

@@ -71,6 +71,9 @@ bool t_latch_wait(t_latch *l, int64_t timeout_ns);
 
 /* True if *n stays at `value` for T_QUIET_NS of real time. */
 bool t_stays(atomic_int *n, int value);
+/* Waits (T_LONG_NS at most) until a periodic task h ran `runs` times (as
+ * *counter counts them) and is queued again. */
+bool t_requeued(atomic_int *counter, chime_task *h, int runs);
 
 /* ---- manual (virtual) clock --------------------------------------------- */
 typedef struct t_clock {
@@ -104,6 +107,13 @@ t_clock_options(chime_pool_options *o, t_clock *c, int64_t start)
 /* ---- pools and bindings (each asserts success) -------------------------- */
 /* Options with `threads` workers, chime_pool_options_init otherwise. */
 chime_pool_options t_options(unsigned threads);
+/* The six pool hooks, set in one call (NULL: none). */
+typedef struct t_hooks {
+    chime_thread_hook_fn thread_start, thread_stop;
+    chime_pool_hook_fn terminated;
+    chime_task_hook_fn before, after, error;
+} t_hooks;
+void t_set_hooks(chime_pool_options *o, const t_hooks *h, void *ctx);
 /* A pool made from *o. */
 chime_pool *pool_opts(chime_pool_options *o);
 /* A pool with `threads` workers on the real clock. */
@@ -112,6 +122,8 @@ chime_pool *pool_with(unsigned threads);
  * (vpool: at T_START_NS). */
 chime_pool *vpool_at(unsigned threads, t_clock *c, int64_t start);
 chime_pool *vpool(unsigned threads, t_clock *c);
+/* A pool made from *o on the manual clock c, starting at `start`. */
+chime_pool *vpool_opts(chime_pool_options *o, t_clock *c, int64_t start);
 /* A binding on p (options with batch_limit, 0: the default); its fd is
  * valid. */
 chime_loop *loop_new(chime_pool *p, unsigned batch_limit);
@@ -208,6 +220,25 @@ typedef struct t_gate {
 void t_gate_init(t_gate *g, int tasks);
 void t_gate_destroy(t_gate *g);
 int t_gate_fn(chime_task *self, void *arg, void **result);
+/* Initialises g for n tasks, schedules n gate tasks on p (due now; their
+ * handles in h[0..n) unless h is NULL) and waits until all have started. */
+void t_gate_hold(t_gate *g, chime_pool *p, int n, chime_task **h);
+
+/* ---- a sleeper: tasks that sleep interruptibly -------------------------- */
+typedef struct t_sleeper {
+    int64_t ns;             /* how long each run sleeps (chime_task_sleep) */
+    t_latch started;        /* counted down by each run as it starts */
+    atomic_int runs;        /* runs started */
+    atomic_int eintr;       /* runs whose sleep returned -EINTR */
+    atomic_int interrupted; /* runs that ended with their flag set */
+    atomic_llong slept;     /* how long the last sleep lasted */
+    atomic_int rc;          /* the last sleep's result; 1 until one ended */
+} t_sleeper;
+
+/* Runs sleep `ns`; `tasks` runs count `started` down to zero. */
+void t_sleeper_init(t_sleeper *s, int tasks, int64_t ns);
+void t_sleeper_destroy(t_sleeper *s);
+int t_sleeper_fn(chime_task *self, void *arg, void **result);
 
 /* ---- order log: the order in which tasks ran ---------------------------- */
 /* Each task's arg is an order_item; the log records its id. */
@@ -243,8 +274,25 @@ typedef struct vrec {
 
 void vrec_init(vrec *r, chime_pool *p, t_clock *c);
 int vrec_fn(chime_task *self, void *arg, void **result);
-/* Waits until a periodic task finished `runs` runs and is queued again. */
-bool requeued_after(vrec *r, chime_task *h, int runs);
+
+/* Releases the n handles h[0..n); T_RELEASE(a, b, ...) each one given. */
+void t_release_all(chime_task **h, size_t n);
+#define T_RELEASE(...)                                                         \
+    t_release_all((chime_task *[]){__VA_ARGS__},                               \
+                  sizeof((chime_task *[]){__VA_ARGS__}) /                      \
+                      sizeof(chime_task *))
+/* Releases the n tasks of an array chime_pool_shutdown_now returned, and
+ * frees it. */
+void t_release_list(chime_task **tasks, size_t n);
+
+/* Occupies one worker of p: a task blocked on *gate (initialised here, 1),
+ * and waits until it runs. Returns its handle. */
+chime_task *t_block_worker(chime_pool *p, t_latch *gate);
+
+/* Fixed rate (fixed_rate) or fixed delay, else as chime_pool_schedule_*. */
+int t_schedule_periodic(chime_pool *p, bool fixed_rate, chime_task_fn fn,
+                        void *arg, int64_t delay, int64_t period,
+                        chime_task **out);
 
 /* Raises *max to at least v. */
 void t_atomic_max(atomic_int *max, int v);

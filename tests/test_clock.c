@@ -135,7 +135,7 @@ Test(clock, fixed_rate_runs_on_its_original_schedule)
         t_clock_advance(&c, p, 4 * CHIME_MSEC);
         cr_assert(t_stays(&r.n, k - 1), "run %d came early", k);
         t_clock_advance(&c, p, 2 * CHIME_MSEC);
-        cr_assert(requeued_after(&r, h, k));
+        cr_assert(t_requeued(&r.n, h, k));
         cr_assert_eq(atomic_load(&r.at[k - 1]), T_START_NS + k * period);
         cr_assert_eq(chime_task_remaining(h), period);
     }
@@ -157,12 +157,12 @@ Test(clock, fixed_rate_catches_up_back_to_back_after_a_jump)
         chime_pool_schedule_at_fixed_rate(p, vrec_fn, &r, period, period, &h),
         0);
     t_clock_advance(&c, p, period);
-    cr_assert(requeued_after(&r, h, 1));
+    cr_assert(t_requeued(&r.n, h, 1));
     cr_assert_eq(atomic_load(&r.at[0]), T_START_NS + period);
 
     /* runs due at +20, +30, +40, +50, +60 all run now, one after another */
     t_clock_advance(&c, p, 5 * period);
-    cr_assert(requeued_after(&r, h, 6));
+    cr_assert(t_requeued(&r.n, h, 6));
     for (int k = 1; k < 6; k++)
         cr_assert_eq(atomic_load(&r.at[k]), T_START_NS + 6 * period,
                      "catch-up run %d at %lld", k,
@@ -173,7 +173,7 @@ Test(clock, fixed_rate_catches_up_back_to_back_after_a_jump)
     cr_assert(t_stays(&r.n, 6), "ran ahead of its schedule");
 
     t_clock_advance(&c, p, period);
-    cr_assert(requeued_after(&r, h, 7));
+    cr_assert(t_requeued(&r.n, h, 7));
     cr_assert_eq(atomic_load(&r.at[6]), T_START_NS + 7 * period);
     cr_assert_eq(chime_task_cancel(h, 0), 0);
     chime_task_release(h);
@@ -194,7 +194,7 @@ Test(clock, long_fixed_rate_run_is_followed_by_back_to_back_catch_up)
     chime_task *h = NULL;
     cr_assert_eq(
         chime_pool_schedule_at_fixed_rate(p, vrec_fn, &r, 0, period, &h), 0);
-    cr_assert(requeued_after(&r, h, 4));
+    cr_assert(t_requeued(&r.n, h, 4));
     cr_assert_eq(atomic_load(&r.at[0]), T_START_NS);
     for (int k = 1; k < 4; k++)
         cr_assert_eq(atomic_load(&r.at[k]), T_START_NS + 35 * CHIME_MSEC);
@@ -204,7 +204,7 @@ Test(clock, long_fixed_rate_run_is_followed_by_back_to_back_catch_up)
     cr_assert(t_stays(&r.n, 4));
 
     t_clock_advance(&c, p, 5 * CHIME_MSEC);
-    cr_assert(requeued_after(&r, h, 5));
+    cr_assert(t_requeued(&r.n, h, 5));
     cr_assert_eq(atomic_load(&r.at[4]), T_START_NS + 40 * CHIME_MSEC);
     cr_assert_eq(chime_task_remaining(h), period);
     cr_assert_eq(chime_task_cancel(h, 0), 0);
@@ -226,20 +226,20 @@ Test(clock, fixed_delay_next_run_is_end_plus_delay)
     cr_assert_eq(
         chime_pool_schedule_with_fixed_delay(p, vrec_fn, &r, 0, delay, &h), 0);
     /* run 1 at T_START_NS, ends at +7: next at +17 */
-    cr_assert(requeued_after(&r, h, 1));
+    cr_assert(t_requeued(&r.n, h, 1));
     cr_assert_eq(atomic_load(&r.at[0]), T_START_NS);
     cr_assert_eq(chime_task_remaining(h), delay);
 
     t_clock_advance(&c, p, delay - 1);
     cr_assert(t_stays(&r.n, 1), "ran before end + delay");
     t_clock_advance(&c, p, 1);
-    cr_assert(requeued_after(&r, h, 2));
+    cr_assert(t_requeued(&r.n, h, 2));
     cr_assert_eq(atomic_load(&r.at[1]), T_START_NS + takes + delay);
     cr_assert_eq(chime_task_remaining(h), delay);
 
     /* a late start shifts every later run (fixed delay, unlike fixed rate) */
     t_clock_advance(&c, p, delay + 25 * CHIME_MSEC);
-    cr_assert(requeued_after(&r, h, 3));
+    cr_assert(t_requeued(&r.n, h, 3));
     int64_t third = T_START_NS + 2 * (takes + delay) + 25 * CHIME_MSEC;
     cr_assert_eq(atomic_load(&r.at[2]), third);
     cr_assert_eq(chime_task_remaining(h), delay);

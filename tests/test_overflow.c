@@ -277,33 +277,14 @@ Test(overflow, huge_wait_timeouts_do_not_expire_at_once)
     cr_assert_eq(chime_pool_destroy(helper), 0);
 }
 
-typedef struct sleeper {
-    t_latch started;
-    atomic_int rc;
-    atomic_llong slept;
-} sleeper;
-
-static int
-sleeps_forever_fn(chime_task *self, void *arg, void **result)
-{
-    (void)result;
-    sleeper *s = arg;
-    t_latch_count_down(&s->started);
-    int64_t t0 = chime_now_ns();
-    int rc = chime_task_sleep(self, INT64_MAX);
-    atomic_store(&s->slept, chime_now_ns() - t0);
-    atomic_store(&s->rc, rc);
-    return 0;
-}
-
 /* B26 */
 Test(overflow, max_task_sleep_sleeps_until_interrupted)
 {
     chime_pool *p = pool_with(1);
-    sleeper s = {.rc = 1};
-    t_latch_init(&s.started, 1);
+    t_sleeper s; /* sleeps "forever" */
+    t_sleeper_init(&s, 1, INT64_MAX);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, sleeps_forever_fn, &s, 0, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_sleeper_fn, &s, 0, &h), 0);
     cr_assert(t_latch_wait(&s.started, T_LONG_NS));
     /* still sleeping after a while: an overflowed timeout would return 0
      * at once */
@@ -315,7 +296,7 @@ Test(overflow, max_task_sleep_sleeps_until_interrupted)
     cr_assert_geq(atomic_load(&s.slept), 20 * CHIME_MSEC);
     chime_task_release(h);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    t_latch_destroy(&s.started);
+    t_sleeper_destroy(&s);
 }
 
 /* ---- saturation on the virtual clock near the end of time -------------- */

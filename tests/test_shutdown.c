@@ -15,29 +15,8 @@ TestSuite(shutdown, .timeout = 10);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-/* Sleeps interruptibly for 5 s; records how the sleep ended. */
+/* How long the sleepers (t_sleeper) sleep unless interrupted. */
 #define SLEEP_NS (5 * CHIME_SEC)
-
-typedef struct sleeper {
-    t_latch started;
-    atomic_int runs;
-    atomic_int eintr;
-    atomic_int interrupted;
-} sleeper;
-
-static int
-sleep_fn(chime_task *self, void *arg, void **result)
-{
-    (void)result;
-    sleeper *s = arg;
-    atomic_fetch_add(&s->runs, 1);
-    t_latch_count_down(&s->started);
-    if (chime_task_sleep(self, SLEEP_NS) == -EINTR)
-        atomic_fetch_add(&s->eintr, 1);
-    if (chime_task_interrupted(self))
-        atomic_fetch_add(&s->interrupted, 1);
-    return 0;
-}
 
 static bool
 in_set(chime_task *const *set, size_t n, chime_task *t)
@@ -48,13 +27,10 @@ in_set(chime_task *const *set, size_t n, chime_task *t)
     return false;
 }
 
-/* Waits until a periodic task ran `runs` times and is queued again. */
-#define WAIT_REQUEUED(h, counter, n)                                           \
-    cr_assert(T_WAIT_UNTIL(atomic_load(counter) == (n) &&                      \
-                               chime_task_get_state(h) == CHIME_TASK_PENDING,  \
-                           T_LONG_NS),                                         \
-              "runs %d state %d", atomic_load(counter),                        \
-              (int)chime_task_get_state(h))
+/* Asserts that a periodic task ran `runs` times and is queued again. */
+#define WAIT_REQUEUED(h, counter, runs)                                        \
+    cr_assert(t_requeued((counter), (h), (runs)), "runs %d state %d",          \
+              atomic_load(counter), (int)chime_task_get_state(h))
 
 /* ---- B61-B63 lifecycle predicates -------------------------------------- */
 
@@ -80,10 +56,8 @@ Test(shutdown, terminating_and_terminated_follow_the_lifecycle)
 {
     chime_pool *p = pool_with(1);
     t_gate g;
-    t_gate_init(&g, 1);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &h), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
+    t_gate_hold(&g, p, 1, &h);
     cr_assert(!chime_pool_is_terminating(p));
     cr_assert(!chime_pool_is_terminated(p));
 
@@ -160,11 +134,8 @@ wedged_pool_rejects(bool now)
 {
     chime_pool *p = pool_with(2);
     t_gate g;
-    t_gate_init(&g, 2);
     chime_task *h[2];
-    for (int i = 0; i < 2; i++)
-        cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &h[i]), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
+    t_gate_hold(&g, p, 2, h);
 
     if (now) {
         chime_task **tasks = (chime_task **)&tasks;
@@ -279,29 +250,29 @@ Test(shutdown, shutdown_keeps_one_shots_and_cancels_periodic_tasks)
     chime_pool *p = vpool_at(4, &clk, 0);
     t_gate g;
     t_gate_init(&g, 4);
+    /* w1: running, one of each kind: a one-shot due now, a delayed one
+     * made due, a fixed-rate and a fixed-delay task. */
     chime_task *w1[4];
     cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &w1[0]), 0);
     cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, CHIME_MSEC, &w1[1]), 0);
     t_clock_advance(&clk, p, CHIME_MSEC);
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_gate_fn, &g, 0,
-                                                   CHIME_SEC, &w1[2]),
-                 0);
-    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, t_gate_fn, &g, 0,
-                                                      CHIME_SEC, &w1[3]),
-                 0);
+    for (int rate = 1; rate >= 0; rate--)
+        cr_assert_eq(t_schedule_periodic(p, rate, t_gate_fn, &g, 0, CHIME_SEC,
+                                         &w1[3 - rate]),
+                     0);
     cr_assert(t_latch_wait(&g.started, T_LONG_NS));
 
-    atomic_int imm = 0, del = 0, rate = 0, fixed = 0;
+    /* w2: queued behind them, the same kinds (runs[i] counts w2[i]'s) */
+    atomic_int runs[4] = {0};
     chime_task *w2[4];
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &imm, 0, &w2[0]), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs[0], 0, &w2[0]), 0);
     cr_assert_eq(
-        chime_pool_schedule(p, t_count_fn, &del, 10 * CHIME_MSEC, &w2[1]), 0);
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &rate, 0,
-                                                   CHIME_SEC, &w2[2]),
-                 0);
-    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, t_count_fn, &fixed, 0,
-                                                      CHIME_SEC, &w2[3]),
-                 0);
+        chime_pool_schedule(p, t_count_fn, &runs[1], 10 * CHIME_MSEC, &w2[1]),
+        0);
+    for (int rate = 1; rate >= 0; rate--)
+        cr_assert_eq(t_schedule_periodic(p, rate, t_count_fn, &runs[3 - rate],
+                                         0, CHIME_SEC, &w2[3 - rate]),
+                     0);
     cr_assert_eq(stats_of(p).pending, 4);
 
     cr_assert_eq(chime_pool_shutdown(p), 0);
@@ -334,14 +305,10 @@ Test(shutdown, shutdown_keeps_one_shots_and_cancels_periodic_tasks)
     cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0);
 
     cr_assert_eq(atomic_load(&g.runs), 4);
-    cr_assert_eq(atomic_load(&imm), 1);
-    cr_assert_eq(atomic_load(&del), 1);
-    cr_assert_eq(atomic_load(&rate), 0);
-    cr_assert_eq(atomic_load(&fixed), 0);
-    for (int i = 0; i < 4; i++) {
-        chime_task_release(w1[i]);
-        chime_task_release(w2[i]);
-    }
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(atomic_load(&runs[i]), i < 2, "queued task %d", i);
+    t_release_all(w1, 4);
+    t_release_all(w2, 4);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_gate_destroy(&g);
 }
@@ -353,14 +320,10 @@ Test(shutdown, execute_delayed_false_cancels_only_not_yet_due_one_shots)
     t_clock clk;
     chime_pool_options o = t_options(2);
     o.execute_delayed_after_shutdown = false;
-    t_clock_options(&o, &clk, 0);
-    chime_pool *p = pool_opts(&o);
+    chime_pool *p = vpool_opts(&o, &clk, 0);
     t_gate g;
-    t_gate_init(&g, 2);
     chime_task *w1[2];
-    for (int i = 0; i < 2; i++)
-        cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &w1[i]), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
+    t_gate_hold(&g, p, 2, w1); /* both workers busy */
 
     atomic_int due = 0, overdue = 0, later = 0;
     chime_task *hd = NULL, *ho = NULL, *hl = NULL;
@@ -386,11 +349,7 @@ Test(shutdown, execute_delayed_false_cancels_only_not_yet_due_one_shots)
     cr_assert_eq(atomic_load(&due), 1);
     cr_assert_eq(atomic_load(&overdue), 1);
     cr_assert_eq(atomic_load(&later), 0);
-    chime_task_release(hd);
-    chime_task_release(ho);
-    chime_task_release(hl);
-    for (int i = 0; i < 2; i++)
-        chime_task_release(w1[i]);
+    T_RELEASE(hd, ho, hl, w1[0], w1[1]);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_gate_destroy(&g);
 }
@@ -417,8 +376,7 @@ Test(shutdown, continue_periodic_keeps_periodic_tasks_running)
     t_clock clk;
     chime_pool_options o = t_options(1);
     o.continue_periodic_after_shutdown = true;
-    t_clock_options(&o, &clk, 0);
-    chime_pool *p = pool_opts(&o);
+    chime_pool *p = vpool_opts(&o, &clk, 0);
 
     fail_nth rate = {0, 3};
     atomic_int fixed = 0;
@@ -481,23 +439,35 @@ Test(shutdown, queued_periodic_task_is_removed_at_shutdown)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-/* B73 */
-Test(shutdown, clearing_continue_periodic_after_shutdown_applies_at_once)
+/* B73: a task kept after shutdown by a policy (continue_periodic for a
+ * periodic task, execute_delayed for a delayed one-shot) is cancelled and
+ * removed as soon as that policy is cleared, and the pool terminates. */
+static void
+clearing_the_policy_applies_at_once(bool periodic)
 {
     t_clock clk;
     chime_pool *p = vpool_at(1, &clk, 0);
-    cr_assert_eq(chime_pool_set_continue_periodic_after_shutdown(p, true), 0);
     atomic_int runs = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &runs,
-                                                   10 * CHIME_MSEC,
-                                                   10 * CHIME_MSEC, &h),
-                 0);
+    if (periodic) {
+        cr_assert_eq(chime_pool_set_continue_periodic_after_shutdown(p, true),
+                     0);
+        cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &runs,
+                                                       10 * CHIME_MSEC,
+                                                       10 * CHIME_MSEC, &h),
+                     0);
+    } else {
+        cr_assert_eq(
+            chime_pool_schedule(p, t_count_fn, &runs, 10 * CHIME_SEC, &h), 0);
+    }
     cr_assert_eq(chime_pool_shutdown(p), 0);
     cr_assert(chime_pool_contains(p, h));
     cr_assert_eq(chime_pool_await_termination(p, 0), -ETIMEDOUT);
 
-    cr_assert_eq(chime_pool_set_continue_periodic_after_shutdown(p, false), 0);
+    cr_assert_eq(periodic
+                     ? chime_pool_set_continue_periodic_after_shutdown(p, false)
+                     : chime_pool_set_execute_delayed_after_shutdown(p, false),
+                 0);
     cr_assert(chime_task_is_cancelled(h));
     cr_assert(!chime_pool_contains(p, h));
     cr_assert_eq(stats_of(p).pending, 0);
@@ -507,26 +477,14 @@ Test(shutdown, clearing_continue_periodic_after_shutdown_applies_at_once)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-/* B73 */
+Test(shutdown, clearing_continue_periodic_after_shutdown_applies_at_once)
+{
+    clearing_the_policy_applies_at_once(true);
+}
+
 Test(shutdown, clearing_execute_delayed_after_shutdown_applies_at_once)
 {
-    t_clock clk;
-    chime_pool *p = vpool_at(1, &clk, 0);
-    atomic_int runs = 0;
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs, 10 * CHIME_SEC, &h),
-                 0);
-    cr_assert_eq(chime_pool_shutdown(p), 0);
-    cr_assert(chime_pool_contains(p, h));
-    cr_assert_eq(chime_pool_await_termination(p, 0), -ETIMEDOUT);
-
-    cr_assert_eq(chime_pool_set_execute_delayed_after_shutdown(p, false), 0);
-    cr_assert(chime_task_is_cancelled(h));
-    cr_assert(!chime_pool_contains(p, h));
-    cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0);
-    cr_assert_eq(atomic_load(&runs), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    clearing_the_policy_applies_at_once(false);
 }
 
 /* B74: cancelling the last periodic task of a shut-down pool terminates it
@@ -562,11 +520,11 @@ Test(shutdown, shutdown_now_interrupts_running_and_returns_queued_tasks)
 {
     enum { N = 5 };
     chime_pool *p = pool_with(2);
-    sleeper s = {0};
-    t_latch_init(&s.started, 2);
+    t_sleeper s;
+    t_sleeper_init(&s, 2, SLEEP_NS);
     chime_task *h[N];
     for (int i = 0; i < N; i++)
-        cr_assert_eq(chime_pool_schedule(p, sleep_fn, &s, 0, &h[i]), 0);
+        cr_assert_eq(chime_pool_schedule(p, t_sleeper_fn, &s, 0, &h[i]), 0);
     cr_assert(t_latch_wait(&s.started, T_LONG_NS));
 
     bool running[N];
@@ -590,7 +548,7 @@ Test(shutdown, shutdown_now_interrupts_running_and_returns_queued_tasks)
     for (size_t i = 0; i < n; i++) {
         cr_assert_eq(chime_task_get_state(tasks[i]), CHIME_TASK_CANCELLED);
         cr_assert_eq(chime_task_wait(tasks[i], 0, NULL), -ECANCELED);
-        cr_assert_eq(chime_task_callback(tasks[i]), sleep_fn);
+        cr_assert_eq(chime_task_callback(tasks[i]), t_sleeper_fn);
         cr_assert_eq(chime_task_arg(tasks[i]), &s);
     }
 
@@ -606,13 +564,10 @@ Test(shutdown, shutdown_now_interrupts_running_and_returns_queued_tasks)
             cr_assert_eq(chime_task_wait(h[i], 0, NULL), 0,
                          "an interrupted body that returns 0 is done");
 
-    for (size_t i = 0; i < n; i++)
-        chime_task_release(tasks[i]);
-    free(tasks);
-    for (int i = 0; i < N; i++)
-        chime_task_release(h[i]);
+    t_release_list(tasks, n);
+    t_release_all(h, N);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    t_latch_destroy(&s.started);
+    t_sleeper_destroy(&s);
 }
 
 /* B77 (deliberate difference: returned tasks are done and cancelled) */
@@ -655,11 +610,8 @@ Test(shutdown, shutdown_now_returns_exactly_the_never_run_tasks)
     t_clock_advance(&clk, p, 10 * d);
     cr_assert_eq(atomic_load(&runs), 0);
 
-    for (size_t i = 0; i < n; i++)
-        chime_task_release(tasks[i]);
-    free(tasks);
-    for (int i = 0; i < N; i++)
-        chime_task_release(h[i]);
+    t_release_list(tasks, n);
+    t_release_all(h, N);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
@@ -729,11 +681,11 @@ Test(shutdown, shutdown_now_flag_is_visible_to_a_polling_body)
 Test(shutdown, destroy_cancels_pending_tasks_and_handles_stay_readable)
 {
     chime_pool *p = pool_with(1);
-    sleeper s = {0};
-    t_latch_init(&s.started, 1);
+    t_sleeper s;
+    t_sleeper_init(&s, 1, SLEEP_NS);
     atomic_int runs = 0;
     chime_task *run = NULL, *h[3], *rate = NULL;
-    cr_assert_eq(chime_pool_schedule(p, sleep_fn, &s, 0, &run), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_sleeper_fn, &s, 0, &run), 0);
     cr_assert(t_latch_wait(&s.started, T_LONG_NS));
     for (int i = 0; i < 3; i++)
         cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs,
@@ -769,7 +721,7 @@ Test(shutdown, destroy_cancels_pending_tasks_and_handles_stay_readable)
     cr_assert_eq(chime_task_wait(run, 0, NULL), 0);
     chime_task_release(run);
     cr_assert_eq(atomic_load(&runs), 0);
-    t_latch_destroy(&s.started);
+    t_sleeper_destroy(&s);
 }
 
 /* ---- not from a task callback ------------------------------------------- */
