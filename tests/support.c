@@ -220,8 +220,10 @@ fd_is_closed(int fd)
 }
 
 int
-t_dispatch_ok(chime_loop *l)
+t_dispatch_ready(chime_loop *l)
 {
+    if (!readable(l))
+        return -1;
     int rc = chime_loop_dispatch(l);
     cr_assert_geq(rc, 0, "dispatch: %s", chime_strerror(rc));
     return rc;
@@ -372,6 +374,22 @@ t_block_fn(chime_task *self, void *arg, void **result)
 
 /* ---- the gate ----------------------------------------------------------- */
 
+int
+t_gate_fn(chime_task *self, void *arg, void **result)
+{
+    (void)result;
+    t_gate *g = arg;
+    atomic_fetch_add(&g->runs, 1);
+    chime_pool *p = atomic_load(&g->pool);
+    chime_pool_stats s;
+    if (p != NULL && chime_pool_get_stats(p, &s) == 0)
+        atomic_store(&g->running_inside, (unsigned)s.running);
+    t_latch_count_down(&g->started);
+    t_latch_wait(&g->open, T_LONG_NS);
+    atomic_store(&g->interrupted, chime_task_interrupted(self));
+    return 0;
+}
+
 void
 t_gate_init(t_gate *g, int tasks)
 {
@@ -390,22 +408,6 @@ t_gate_destroy(t_gate *g)
     t_latch_destroy(&g->open);
 }
 
-int
-t_gate_fn(chime_task *self, void *arg, void **result)
-{
-    (void)result;
-    t_gate *g = arg;
-    atomic_fetch_add(&g->runs, 1);
-    chime_pool *p = atomic_load(&g->pool);
-    chime_pool_stats s;
-    if (p != NULL && chime_pool_get_stats(p, &s) == 0)
-        atomic_store(&g->running_inside, (unsigned)s.running);
-    t_latch_count_down(&g->started);
-    t_latch_wait(&g->open, T_LONG_NS);
-    atomic_store(&g->interrupted, chime_task_interrupted(self));
-    return 0;
-}
-
 void
 t_gate_hold(t_gate *g, chime_pool *p, int n, chime_task **h)
 {
@@ -417,24 +419,6 @@ t_gate_hold(t_gate *g, chime_pool *p, int n, chime_task **h)
 }
 
 /* ---- the sleeper -------------------------------------------------------- */
-
-void
-t_sleeper_init(t_sleeper *s, int tasks, int64_t ns)
-{
-    s->ns = ns;
-    t_latch_init(&s->started, tasks);
-    atomic_init(&s->runs, 0);
-    atomic_init(&s->eintr, 0);
-    atomic_init(&s->interrupted, 0);
-    atomic_init(&s->slept, 0);
-    atomic_init(&s->rc, 1);
-}
-
-void
-t_sleeper_destroy(t_sleeper *s)
-{
-    t_latch_destroy(&s->started);
-}
 
 int
 t_sleeper_fn(chime_task *self, void *arg, void **result)
@@ -452,6 +436,24 @@ t_sleeper_fn(chime_task *self, void *arg, void **result)
         atomic_fetch_add(&s->interrupted, 1);
     atomic_store(&s->rc, rc); /* last: the outcome is complete */
     return 0;
+}
+
+void
+t_sleeper_init(t_sleeper *s, int tasks, int64_t ns)
+{
+    s->ns = ns;
+    t_latch_init(&s->started, tasks);
+    atomic_init(&s->runs, 0);
+    atomic_init(&s->eintr, 0);
+    atomic_init(&s->interrupted, 0);
+    atomic_init(&s->slept, 0);
+    atomic_init(&s->rc, 1);
+}
+
+void
+t_sleeper_destroy(t_sleeper *s)
+{
+    t_latch_destroy(&s->started);
 }
 
 /* ---- order log ---------------------------------------------------------- */

@@ -142,27 +142,13 @@ bool readable(chime_loop *l);
 bool stays_quiet(chime_loop *l);
 bool fd_is_closed(int fd);
 
-/* On the loop thread (the caller): waits on the fd and dispatches until
+/* On the loop thread (the caller): dispatches whatever is ready until
  * `cond` holds, at most timeout_ns. Yields whether it held. */
 #define DISPATCH_UNTIL(l, cond, timeout_ns)                                    \
-    ({                                                                         \
-        int64_t d_end_ = chime_now_ns() + (timeout_ns);                        \
-        bool d_ok_ = false;                                                    \
-        int d_fd_ = chime_loop_fd(l);                                          \
-        for (;;) {                                                             \
-            if (cond) {                                                        \
-                d_ok_ = true;                                                  \
-                break;                                                         \
-            }                                                                  \
-            if (chime_now_ns() >= d_end_)                                      \
-                break;                                                         \
-            if (fd_readable_within(d_fd_, 1))                                  \
-                t_dispatch_ok(l);                                              \
-        }                                                                      \
-        d_ok_;                                                                 \
-    })
-/* One dispatch that must not fail; returns what it ran. */
-int t_dispatch_ok(chime_loop *l);
+    T_WAIT_UNTIL((cond) || (t_dispatch_ready(l) >= 0 && (cond)), (timeout_ns))
+/* Dispatches once if l's fd is readable now (that dispatch must not fail);
+ * returns what it ran, or -1 if the fd was quiet. */
+int t_dispatch_ready(chime_loop *l);
 
 /* ---- other threads ------------------------------------------------------ */
 /* A test-owned loop thread: declares itself the loop thread, then polls the

@@ -925,6 +925,16 @@ typedef struct probe {
     t_latch done;
 } probe;
 
+static void
+probe_init(probe *pr, chime_pool *p)
+{
+    memset(pr, 0, sizeof(*pr));
+    atomic_store(&pr->pool, p);
+    t_latch_init(&pr->done, 1);
+}
+
+/* From inside its own run: waits on itself, awaits its pool's termination
+ * and destroys the pool; rc[] keeps each result. */
 static int
 self_wait_fn(chime_task *self, void *arg, void **result)
 {
@@ -945,9 +955,7 @@ Test(badinput, a_task_that_would_wait_for_itself_gets_edeadlk)
 {
     chime_pool *p = pool_with(1);
     probe pr;
-    memset(&pr, 0, sizeof(pr));
-    atomic_store(&pr.pool, p);
-    t_latch_init(&pr.done, 1);
+    probe_init(&pr, p);
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, self_wait_fn, &pr, 0, &h), 0);
     cr_assert(t_latch_wait(&pr.done, T_LONG_NS));
@@ -1039,17 +1047,11 @@ Test(badinput, hooks_that_would_wait_for_their_pool_get_edeadlk)
 {
     hookprobe hp;
     memset(&hp, 0, sizeof(hp));
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.on_thread_start = h_start;
-    o.on_thread_stop = h_stop;
-    o.on_terminated = h_term;
-    o.before_run = h_before;
-    o.after_run = h_after;
-    o.on_error = h_error;
-    o.hook_ctx = &hp;
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
+    static const t_hooks probes = {h_start,  h_stop,  h_term,
+                                   h_before, h_after, h_error};
+    chime_pool_options o = t_options(1);
+    t_set_hooks(&o, &probes, &hp);
+    chime_pool *p = pool_opts(&o);
     atomic_store(&hp.pool, p);
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_eio_fn, NULL, 0, &h), 0);

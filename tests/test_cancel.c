@@ -284,12 +284,12 @@ Test(cancel, plain_cancel_ends_a_sleep_without_flagging_an_interrupt)
     t_sleeper_destroy(&s);
 }
 
-/* Polls its interrupt flag (bounded) after it started. */
 typedef struct poller {
     t_latch started;
     atomic_int seen; /* -1 running, 0 timed out, 1 saw the interrupt */
 } poller;
 
+/* Polls its interrupt flag (bounded) after it started. */
 static int
 polls_interrupt_fn(chime_task *self, void *arg, void **result)
 {
@@ -919,31 +919,26 @@ Test(cancel, rearm_after_completion_reports_ealready)
 
 /* ---- callbacks acting on themselves and their pool ---------------------- */
 
-/* Waits on its own handle, forever and with a timeout. */
-typedef struct self_waiter {
-    atomic_int rc_forever;
-    atomic_int rc_timed;
-} self_waiter;
-
+/* Waits on its own handle: rc[0] forever, rc[1] with a timeout. */
 static int
 waits_on_itself_fn(chime_task *self, void *arg, void **result)
 {
     (void)result;
-    self_waiter *w = arg;
-    atomic_store(&w->rc_forever, chime_task_wait(self, CHIME_FOREVER, NULL));
-    atomic_store(&w->rc_timed, chime_task_wait(self, 100 * CHIME_MSEC, NULL));
+    atomic_int *rc = arg;
+    atomic_store(&rc[0], chime_task_wait(self, CHIME_FOREVER, NULL));
+    atomic_store(&rc[1], chime_task_wait(self, 100 * CHIME_MSEC, NULL));
     return 0;
 }
 
 Test(cancel, waiting_on_itself_gives_edeadlk)
 {
     chime_pool *p = pool_with(1);
-    self_waiter w = {1, 1};
+    atomic_int rc[2] = {1, 1};
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, waits_on_itself_fn, &w, 0, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, waits_on_itself_fn, rc, 0, &h), 0);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&w.rc_forever), -EDEADLK);
-    cr_assert_eq(atomic_load(&w.rc_timed), -EDEADLK);
+    cr_assert_eq(atomic_load(&rc[0]), -EDEADLK, "forever");
+    cr_assert_eq(atomic_load(&rc[1]), -EDEADLK, "with a timeout");
     chime_task_release(h);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }

@@ -41,51 +41,32 @@ typedef struct hooks {
     atomic_int before, after, errors;
 } hooks;
 
-static void
-count_before(chime_pool *p, chime_task *t, int err, void *ctx)
-{
-    (void)p;
-    (void)t;
-    (void)err;
-    atomic_fetch_add(&((hooks *)ctx)->before, 1);
-}
-
-static void
-count_after(chime_pool *p, chime_task *t, int err, void *ctx)
-{
-    (void)p;
-    (void)t;
-    (void)err;
-    atomic_fetch_add(&((hooks *)ctx)->after, 1);
-}
-
-static void
-count_error(chime_pool *p, chime_task *t, int err, void *ctx)
-{
-    (void)p;
-    (void)t;
-    (void)err;
-    atomic_fetch_add(&((hooks *)ctx)->errors, 1);
-}
+/* Defines the task hook `name`, which counts its calls in ctx->field. */
+#define COUNTING_HOOK(name, field)                                             \
+    static void name(chime_pool *p, chime_task *t, int err, void *ctx)         \
+    {                                                                          \
+        (void)p, (void)t, (void)err;                                           \
+        atomic_fetch_add(&((hooks *)ctx)->field, 1);                           \
+    }
+COUNTING_HOOK(count_before, before)
+COUNTING_HOOK(count_after, after)
+COUNTING_HOOK(count_error, errors)
 
 /* A pool on a manual clock that never moves, full after one far task:
  * every further submission meets the capacity bound. */
 static chime_pool *
 full_pool(t_clock *c, chime_reject_policy policy, hooks *h)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    t_clock_options(&o, c, T_START_NS);
+    chime_pool_options o = t_options(1);
     o.max_pending = 1;
     o.reject_policy = policy;
-    if (h) {
-        o.before_run = count_before;
-        o.after_run = count_after;
-        o.on_error = count_error;
-        o.hook_ctx = h;
-    }
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
+    if (h)
+        t_set_hooks(&o,
+                    &(t_hooks){.before = count_before,
+                               .after = count_after,
+                               .error = count_error},
+                    h);
+    chime_pool *p = vpool_opts(&o, c, T_START_NS);
     cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, T_FAR_NS, NULL), 0);
     return p;
 }
@@ -265,21 +246,15 @@ d_factory(pthread_t *tid, const pthread_attr_t *attr, void *(*start)(void *),
 static chime_pool *
 destroyer_pool(destroyer *d)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.on_thread_start = d_start;
-    o.on_thread_stop = d_stop;
-    o.on_terminated = d_terminated;
-    o.before_run = d_before;
-    o.after_run = d_after;
-    o.on_error = d_error;
+    static const t_hooks destroyers = {d_start,  d_stop,  d_terminated,
+                                       d_before, d_after, d_error};
+    chime_pool_options o = t_options(1);
+    t_set_hooks(&o, &destroyers, d);
     o.create_thread = d_factory;
     o.reject_policy = CHIME_REJECT_CALL;
     o.on_reject = d_reject;
-    o.hook_ctx = d;
     o.reject_ctx = d;
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
+    chime_pool *p = pool_opts(&o);
     atomic_store(&d->pool, p);
     return p;
 }

@@ -406,12 +406,10 @@ static chime_pool *
 new_pool(sc *s, unsigned threads, size_t max_pending,
          chime_reject_policy policy, const char *what)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
+    chime_pool_options o = t_options(threads);
     o.max_pending = max_pending;
     o.reject_policy = policy;
-    o.clock = t_clock_now;
+    o.clock = t_clock_now; /* s->clk, whose time the scenario sets */
     o.clock_ctx = &s->clk;
     chime_pool *p = (chime_pool *)&s->clk;
     fi_mark(what);

@@ -42,6 +42,17 @@ typedef struct where {
     atomic_int post_errors;
 } where;
 
+static void
+where_init(where *w, chime_loop *l, pthread_t loop_tid)
+{
+    w->loop = l;
+    w->loop_tid = loop_tid;
+    atomic_init(&w->ran, 0);
+    atomic_init(&w->wrong, 0);
+    atomic_init(&w->post_errors, 0);
+}
+
+/* Counts the run, and as wrong if it is not on the loop thread. */
 static int
 where_fn(chime_task *self, void *arg, void **result)
 {
@@ -91,10 +102,8 @@ Test(loop, callbacks_run_on_the_loop_thread_whoever_submits_them)
     chime_loop *l = loop_new(p, 0);
     runner r;
     runner_start(&r, l);
-    where w = {.loop = l, .loop_tid = r.tid};
-    atomic_init(&w.ran, 0);
-    atomic_init(&w.wrong, 0);
-    atomic_init(&w.post_errors, 0);
+    where w;
+    where_init(&w, l, r.tid);
 
     int expected = 0;
     for (int i = 0; i < 10; i++, expected++) /* main thread */

@@ -89,14 +89,6 @@ fill(chime_pool *p, int n, atomic_int *runs, chime_task **h)
                      0);
 }
 
-static void
-release_all(chime_task **h, int n)
-{
-    for (int i = 0; i < n; i++)
-        chime_task_release(h[i]);
-}
-
-/* Records the thread it runs on. */
 typedef struct where {
     pthread_mutex_t mu;
     pthread_t thr;
@@ -104,6 +96,15 @@ typedef struct where {
     int ret;
 } where;
 
+static void
+where_init(where *w, int ret)
+{
+    pthread_mutex_init(&w->mu, NULL);
+    atomic_store(&w->runs, 0);
+    w->ret = ret;
+}
+
+/* Records the thread it runs on; returns `ret`, with itself as result. */
 static int
 where_fn(chime_task *self, void *arg, void **result)
 {
@@ -115,14 +116,6 @@ where_fn(chime_task *self, void *arg, void **result)
     atomic_fetch_add(&w->runs, 1);
     *result = w;
     return w->ret;
-}
-
-static void
-where_init(where *w, int ret)
-{
-    pthread_mutex_init(&w->mu, NULL);
-    atomic_store(&w->runs, 0);
-    w->ret = ret;
 }
 
 /* ---- options ------------------------------------------------------------ */
@@ -196,7 +189,7 @@ Test(reject, abort_at_capacity_returns_eagain_and_queues_nothing)
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs[2], 0, &x), 0);
     cr_assert_eq(chime_task_wait(x, T_LONG_NS, NULL), 0);
     chime_task_release(x);
-    release_all(h, 2);
+    t_release_all(h, 2);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
@@ -285,7 +278,7 @@ Test(reject, discard_at_capacity_completes_the_handle_as_rejected)
         cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
     cr_assert_eq(atomic_load(&runs[2]), 0);
     chime_task_release(x);
-    release_all(h, 2);
+    t_release_all(h, 2);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&runs[2]), 0);
 }
@@ -351,7 +344,7 @@ Test(reject, discard_oldest_drops_the_earliest_deadline_task)
                      atomic_load(&runs[3]),
                  3);
     chime_task_release(x);
-    release_all(h, 3);
+    t_release_all(h, 3);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
@@ -413,7 +406,7 @@ Test(reject, caller_runs_at_capacity_runs_in_the_calling_thread)
     cr_assert_eq(s.rejected, 2);
     cr_assert_eq(chime_task_get_state(h[0]), CHIME_TASK_PENDING);
     chime_task_release(x);
-    release_all(h, 1);
+    t_release_all(h, 1);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&w.runs), 2);
     pthread_mutex_destroy(&w.mu);
@@ -435,7 +428,7 @@ Test(reject, caller_runs_failure_is_the_handle_outcome)
     cr_assert_eq(chime_task_wait(x, 0, NULL), CHIME_EFAILED);
     cr_assert_eq(chime_task_error(x), -EMSGSIZE);
     chime_task_release(x);
-    release_all(h, 1);
+    t_release_all(h, 1);
     cr_assert_eq(chime_pool_destroy(p), 0);
     pthread_mutex_destroy(&w.mu);
 }
@@ -461,7 +454,7 @@ Test(reject, caller_runs_periodic_runs_once_then_is_rejected)
     t_clock_advance(&clk, p, 10 * CHIME_MSEC);
     cr_assert_eq(atomic_load(&w.runs), 1, "never again");
     chime_task_release(x);
-    release_all(h, 1);
+    t_release_all(h, 1);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&w.runs), 1);
     pthread_mutex_destroy(&w.mu);
@@ -529,7 +522,7 @@ Test(reject, call_handler_runs_once_with_the_completed_task_and_reason)
 
     chime_task_release(x);
     chime_task_release(y);
-    release_all(h, 1);
+    t_release_all(h, 1);
     cr_assert_eq(chime_pool_destroy(p), 0);
     pthread_mutex_destroy(&r.mu);
 }
@@ -559,7 +552,7 @@ Test(reject, call_handler_error_is_the_submission_result)
     pthread_mutex_lock(&r.mu);
     cr_assert_eq(r.reason, -ESHUTDOWN);
     pthread_mutex_unlock(&r.mu);
-    release_all(h, 1);
+    t_release_all(h, 1);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&runs[1]), 0);
     pthread_mutex_destroy(&r.mu);
