@@ -255,11 +255,9 @@ runner_main(void *arg)
 void
 runner_start(runner *r, chime_loop *l)
 {
+    memset(r, 0, sizeof(*r));
     r->loop = l;
-    atomic_store(&r->stop, false);
-    atomic_store(&r->set_rc, 1);
-    atomic_store(&r->errors, 0);
-    atomic_store(&r->ran, 0);
+    atomic_init(&r->set_rc, 1);
     t_latch_init(&r->up, 1);
     cr_assert_eq(pthread_create(&r->thread, NULL, runner_main, r), 0);
     cr_assert(t_latch_wait(&r->up, T_LONG_NS));
@@ -372,6 +370,14 @@ t_block_fn(chime_task *self, void *arg, void **result)
     return 0;
 }
 
+int
+t_count_reject(chime_pool *pool, chime_task *task, int reason, void *ctx)
+{
+    (void)pool, (void)task;
+    atomic_fetch_add((atomic_int *)ctx, 1);
+    return reason;
+}
+
 /* ---- the gate ----------------------------------------------------------- */
 
 int
@@ -393,12 +399,10 @@ t_gate_fn(chime_task *self, void *arg, void **result)
 void
 t_gate_init(t_gate *g, int tasks)
 {
+    memset(g, 0, sizeof(*g));
+    atomic_init(&g->interrupted, -1);
     t_latch_init(&g->started, tasks);
     t_latch_init(&g->open, 1);
-    atomic_init(&g->runs, 0);
-    atomic_init(&g->interrupted, -1);
-    atomic_init(&g->pool, NULL);
-    atomic_init(&g->running_inside, 0);
 }
 
 void
@@ -441,13 +445,10 @@ t_sleeper_fn(chime_task *self, void *arg, void **result)
 void
 t_sleeper_init(t_sleeper *s, int tasks, int64_t ns)
 {
+    memset(s, 0, sizeof(*s));
     s->ns = ns;
-    t_latch_init(&s->started, tasks);
-    atomic_init(&s->runs, 0);
-    atomic_init(&s->eintr, 0);
-    atomic_init(&s->interrupted, 0);
-    atomic_init(&s->slept, 0);
     atomic_init(&s->rc, 1);
+    t_latch_init(&s->started, tasks);
 }
 
 void

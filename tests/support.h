@@ -190,6 +190,9 @@ int t_fail_fn(chime_task *self, void *arg, void **result);
 int t_eio_fn(chime_task *self, void *arg, void **result);
 /* Blocks until the t_latch passed as arg reaches zero (a "gate"). */
 int t_block_fn(chime_task *self, void *arg, void **result);
+/* A rejection handler (CHIME_REJECT_CALL): counts its calls in the
+ * atomic_int reject_ctx points to, returns the reason. */
+int t_count_reject(chime_pool *pool, chime_task *task, int reason, void *ctx);
 
 /* ---- a gate: tasks that report they started, then block ----------------- */
 typedef struct t_gate {

@@ -370,27 +370,15 @@ Test(basic, pool_stays_usable_after_a_failure)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-static atomic_int reject_calls;
-
-static int
-count_reject(chime_pool *pool, chime_task *task, int reason, void *ctx)
-{
-    (void)pool;
-    (void)task;
-    (void)ctx;
-    atomic_fetch_add(&reject_calls, 1);
-    return reason;
-}
-
 /* B13 */
 Test(basic, null_callback_or_pool_is_invalid_and_queues_nothing)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
+    atomic_int reject_calls = 0;
+    chime_pool_options o = t_options(1);
     o.reject_policy = CHIME_REJECT_CALL;
-    o.on_reject = count_reject;
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
+    o.on_reject = t_count_reject;
+    o.reject_ctx = &reject_calls;
+    chime_pool *p = pool_opts(&o);
     atomic_int n = 0;
     chime_task *h = (chime_task *)&n; /* must be reset to NULL */
 
@@ -544,8 +532,7 @@ Test(basic, equal_deadlines_run_in_submission_order)
     for (int i = 0; i < K; i++)
         cr_assert_eq(atomic_load(&log.ids[i]), i, "position %d ran task %d", i,
                      atomic_load(&log.ids[i]));
-    for (int i = 0; i < K; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, K);
     chime_task_release(blocker);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_latch_destroy(&gate);
@@ -591,8 +578,7 @@ Test(basic, tasks_run_in_order_of_their_delays)
         }
     }
     cr_assert_gt(checked, 0, "submissions too slow to compare any pair");
-    for (int i = 0; i < K; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, K);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 

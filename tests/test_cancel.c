@@ -480,8 +480,7 @@ Test(cancel, purge_drops_only_the_cancelled_tasks)
     for (int i = 0; i < 5; i++)
         cr_assert_eq(chime_pool_contains(p, h[i]), i != 1 && i != 3);
     cr_assert_eq(chime_pool_purge(NULL), -EINVAL);
-    for (int i = 0; i < 5; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, 5);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&n), 0);
 }
@@ -782,8 +781,7 @@ Test(cancel, rearm_keeps_the_queue_in_deadline_order)
                      "at %lld ms",
                      seed, pos, id, (long long)fin[id]);
     }
-    for (int i = 0; i < K; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, K);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
@@ -814,8 +812,7 @@ Test(cancel, rearm_ties_run_after_already_due_tasks)
         cr_assert_eq(atomic_load(&log.ids[i]), ran[i],
                      "position %d: task %d (3: the re-armed one)", i,
                      atomic_load(&log.ids[i]));
-    for (int i = 0; i < 4; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, 4);
     chime_task_release(blocker);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_latch_destroy(&gate);

@@ -57,8 +57,7 @@ Test(clock, nothing_runs_before_time_is_advanced)
     cr_assert_eq(atomic_load(&n[1]), 0);
     cr_assert_eq(atomic_load(&n[2]), 0);
 
-    for (int i = 0; i < K; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, K);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&n[0]), 1);
     cr_assert_eq(atomic_load(&n[1]), 0);

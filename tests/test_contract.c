@@ -312,36 +312,22 @@ Test(contract, destroy_from_every_hook_and_callback_returns_edeadlk)
 
 /* ---- 3. a closed binding refuses before the pool's policy --------------- */
 
-static atomic_int handler_calls;
-
-static int
-count_reject(chime_pool *p, chime_task *t, int reason, void *ctx)
-{
-    (void)p;
-    (void)t;
-    (void)reason;
-    (void)ctx;
-    atomic_fetch_add(&handler_calls, 1);
-    return 0;
-}
-
 Test(contract, closed_binding_of_a_shut_down_pool_refuses_whatever_policy)
 {
     const chime_reject_policy policies[] = {
         CHIME_REJECT_ABORT, CHIME_REJECT_DISCARD, CHIME_REJECT_DISCARD_OLDEST,
         CHIME_REJECT_CALLER_RUNS, CHIME_REJECT_CALL};
     for (size_t i = 0; i < sizeof(policies) / sizeof(policies[0]); i++) {
-        chime_pool_options o;
-        chime_pool_options_init(&o);
+        atomic_int handler_calls = 0;
+        chime_pool_options o = t_options(1);
         o.reject_policy = policies[i];
-        o.on_reject = count_reject;
-        chime_pool *p = NULL;
-        cr_assert_eq(chime_pool_new(&o, &p), 0);
+        o.on_reject = t_count_reject;
+        o.reject_ctx = &handler_calls;
+        chime_pool *p = pool_opts(&o);
         chime_loop *l = NULL;
         cr_assert_eq(chime_loop_new(p, NULL, &l), 0);
         cr_assert_eq(chime_loop_close(l), 0);
         cr_assert_eq(chime_pool_shutdown(p), 0);
-        atomic_store(&handler_calls, 0);
 
         where w = {0};
         chime_task *h = (chime_task *)&h;

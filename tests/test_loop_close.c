@@ -96,8 +96,7 @@ Test(loop, close_cancels_scheduled_and_ready_tasks_and_closes_the_fd)
     chime_task_release(hp);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&n), 1, "a cancelled loop task ran");
-    for (int i = 0; i < NH; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, NH);
 }
 
 Test(loop, close_while_workers_make_tasks_due_cancels_them_all)
@@ -342,8 +341,7 @@ Test(loop, pool_shutdown_runs_queued_loop_tasks_and_rejects_new_ones)
     cr_assert_eq(atomic_load(&n_post), 1);
     cr_assert_eq(atomic_load(&n_per), 0);
     cr_assert_eq(atomic_load(&n_late), 0);
-    for (int i = 0; i < NH; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, NH);
     t_latch_destroy(&w.done);
     t_gate_destroy(&b);
 }

@@ -14,8 +14,8 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 
-#include "model.h"
 #include "chime/chime.h"
+#include "model.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -399,8 +399,7 @@ Test(overflow, negative_delays_mean_now)
                            T_LONG_NS));
     cr_assert_eq(chime_task_remaining(rate), CHIME_SEC);
     cr_assert_eq(chime_task_cancel(rate, 0), 0);
-    for (int i = 0; i < K; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, K);
     chime_task_release(rate);
     chime_task_release(blocker);
     cr_assert_eq(chime_pool_destroy(p), 0);

@@ -218,8 +218,7 @@ Test(stats, submitted_counts_every_accepted_task)
     cr_assert_eq(s.pending, 0);
     cr_assert_eq(atomic_load(&runs), 3);
 
-    for (int i = 0; i < 4; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, 4);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_gate_destroy(&g);
 }
