@@ -450,12 +450,9 @@ Test(basic, zero_and_negative_delays_run_immediately)
 {
     chime_pool *p = pool_with(1);
     t_latch gate;
-    t_latch_init(&gate, 1);
-    chime_task *blocker = NULL, *zero = NULL, *neg = NULL;
+    chime_task *zero = NULL, *neg = NULL;
     /* keep the only worker busy so both stay queued while we look */
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
-    cr_assert(T_WAIT_UNTIL(chime_task_get_state(blocker) == CHIME_TASK_RUNNING,
-                           T_LONG_NS));
+    chime_task *blocker = t_block_worker(p, &gate);
     order_log log = {0};
     order_item a = {&log, 0}, b = {&log, 1};
     cr_assert_eq(chime_pool_schedule(p, order_fn, &a, 0, &zero), 0);
@@ -490,9 +487,8 @@ Test(basic, immediate_task_is_due_at_submission)
 {
     chime_pool *p = pool_with(1);
     t_latch gate;
-    t_latch_init(&gate, 1);
-    chime_task *blocker = NULL, *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
+    chime_task *h = NULL;
+    chime_task *blocker = t_block_worker(p, &gate);
     atomic_int n = 0;
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 0, &h), 0);
     cr_assert_leq(chime_task_remaining(h), 0);
@@ -513,11 +509,7 @@ Test(basic, equal_deadlines_run_in_submission_order)
     enum { K = 20 };
     chime_pool *p = pool_with(1);
     t_latch gate;
-    t_latch_init(&gate, 1);
-    chime_task *blocker = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
-    cr_assert(T_WAIT_UNTIL(chime_task_get_state(blocker) == CHIME_TASK_RUNNING,
-                           T_LONG_NS));
+    chime_task *blocker = t_block_worker(p, &gate);
     order_log log = {0};
     order_item items[K];
     chime_task *h[K];

@@ -287,9 +287,8 @@ Test(clock, equal_deadlines_from_different_submission_times_run_fifo)
     chime_pool *p = vpool(1, &c);
     order_log log = {0};
     order_item it[3] = {{&log, 0}, {&log, 1}, {&log, 2}};
-    chime_task *h[3], *blocker = NULL;
+    chime_task *h[3];
     t_latch gate;
-    t_latch_init(&gate, 1);
     cr_assert_eq(
         chime_pool_schedule(p, order_fn, &it[0], 20 * CHIME_MSEC, &h[0]), 0);
     t_clock_advance(&c, p, 10 * CHIME_MSEC); /* nothing is due yet */
@@ -298,9 +297,7 @@ Test(clock, equal_deadlines_from_different_submission_times_run_fifo)
     cr_assert_eq(chime_task_remaining(h[0]), 10 * CHIME_MSEC);
     cr_assert_eq(chime_task_remaining(h[1]), 10 * CHIME_MSEC);
     /* occupy the worker at T_START_NS + 10 so that c is queued, not run */
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
-    cr_assert(T_WAIT_UNTIL(chime_task_get_state(blocker) == CHIME_TASK_RUNNING,
-                           T_LONG_NS));
+    chime_task *blocker = t_block_worker(p, &gate);
     t_clock_advance(&c, p, 10 * CHIME_MSEC);
     cr_assert_eq(chime_pool_schedule(p, order_fn, &it[2], 0, &h[2]), 0);
     t_latch_count_down(&gate);

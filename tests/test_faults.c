@@ -219,9 +219,11 @@ enum {
     EXP_REJECTED, /* evicted by DISCARD_OLDEST */
 };
 
+/* One task of the scenario; its callback is t_count_fn with the rec as
+ * arg, which counts in `runs`, the first member. */
 typedef struct rec {
-    chime_task *h;
     atomic_int runs;
+    chime_task *h;
     int exp;
     const char *what;
 } rec;
@@ -255,15 +257,6 @@ enum {
 };
 static const char *const out_names[OUT_N] = {"returned", "task failed",
                                              "in a task", "absorbed"};
-
-static int
-count_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    atomic_fetch_add(&((rec *)arg)->runs, 1);
-    return 0;
-}
 
 static rec *
 newrec(sc *s, int exp, const char *what)
@@ -349,7 +342,7 @@ check_usable(sc *s)
         return;
     s->checked = true;
     rec *r = newrec(s, EXP_RUN, "usable: schedule");
-    cr_assert_eq(chime_pool_schedule(s->p, count_fn, r, 0, &r->h), 0,
+    cr_assert_eq(chime_pool_schedule(s->p, t_count_fn, r, 0, &r->h), 0,
                  "k=%ld: the pool is unusable after the failure", s->k);
     cr_assert_eq(chime_task_wait(r->h, T_LONG_NS, NULL), 0, "k=%ld", s->k);
     chime_loop *ls[] = {s->l1, s->l2};
@@ -357,7 +350,7 @@ check_usable(sc *s)
         if (ls[i] == NULL)
             continue;
         r = newrec(s, EXP_RUN, "usable: post");
-        cr_assert_eq(chime_loop_post(ls[i], count_fn, r, &r->h), 0,
+        cr_assert_eq(chime_loop_post(ls[i], t_count_fn, r, &r->h), 0,
                      "k=%ld: binding unusable after the failure", s->k);
         drain(s, ls[i]);
         cr_assert_eq(atomic_load(&r->runs), 1, "k=%ld", s->k);
@@ -374,7 +367,7 @@ fill_heap(sc *s, bool worker)
         rec *r = newrec(s, EXP_CANCEL, "fill");
         if (!worker)
             fi_mark("fill: schedule");
-        int rc = chime_pool_schedule(s->p, count_fn, r, T_FAR_NS, &r->h);
+        int rc = chime_pool_schedule(s->p, t_count_fn, r, T_FAR_NS, &r->h);
         if (rc == 0)
             continue;
         r->exp = EXP_NONE;
@@ -448,43 +441,43 @@ rejection_paths(sc *s)
         s->enomem_what = "prestart";
     }
     rec *a = newrec(s, EXP_CANCEL, "abort: first");
-    SUBMIT(s, a, chime_pool_schedule(p, count_fn, a, T_FAR_NS, &a->h), 0,
+    SUBMIT(s, a, chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0,
            "abort: first");
     if (a->exp == EXP_NONE) { /* the queue must be full for the next one */
         a = newrec(s, EXP_CANCEL, "abort: first (again)");
-        cr_assert_eq(chime_pool_schedule(p, count_fn, a, T_FAR_NS, &a->h), 0);
+        cr_assert_eq(chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0);
     }
     rec *b = newrec(s, EXP_NONE, "abort: rejected");
-    SUBMIT(s, b, chime_pool_schedule(p, count_fn, b, T_FAR_NS, &b->h), -EAGAIN,
-           "abort: second");
+    SUBMIT(s, b, chime_pool_schedule(p, t_count_fn, b, T_FAR_NS, &b->h),
+           -EAGAIN, "abort: second");
     cr_assert_null(b->h);
     cr_assert_eq(chime_pool_destroy(p), 0);
 
     /* CALLER_RUNS at capacity: the second one runs in this thread. */
     p = new_pool(s, 1, 1, CHIME_REJECT_CALLER_RUNS, "caller-runs pool");
     a = newrec(s, EXP_CANCEL, "caller-runs: first");
-    SUBMIT(s, a, chime_pool_schedule(p, count_fn, a, T_FAR_NS, &a->h), 0,
+    SUBMIT(s, a, chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0,
            "caller-runs: first");
     if (a->exp == EXP_NONE) {
         a = newrec(s, EXP_CANCEL, "caller-runs: first (again)");
-        cr_assert_eq(chime_pool_schedule(p, count_fn, a, T_FAR_NS, &a->h), 0);
+        cr_assert_eq(chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0);
     }
     b = newrec(s, EXP_RUN, "caller-runs: ran in caller");
-    SUBMIT(s, b, chime_pool_schedule(p, count_fn, b, T_FAR_NS, &b->h), 0,
+    SUBMIT(s, b, chime_pool_schedule(p, t_count_fn, b, T_FAR_NS, &b->h), 0,
            "caller-runs: second");
     cr_assert_eq(chime_pool_destroy(p), 0);
 
     /* DISCARD_OLDEST at capacity: the first is evicted as rejected. */
     p = new_pool(s, 1, 1, CHIME_REJECT_DISCARD_OLDEST, "discard-oldest pool");
     a = newrec(s, EXP_REJECTED, "discard-oldest: evicted");
-    SUBMIT(s, a, chime_pool_schedule(p, count_fn, a, T_FAR_NS, &a->h), 0,
+    SUBMIT(s, a, chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0,
            "discard-oldest: first");
     if (a->exp == EXP_NONE) {
         a = newrec(s, EXP_REJECTED, "discard-oldest: evicted (again)");
-        cr_assert_eq(chime_pool_schedule(p, count_fn, a, T_FAR_NS, &a->h), 0);
+        cr_assert_eq(chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0);
     }
     b = newrec(s, EXP_CANCEL, "discard-oldest: kept");
-    SUBMIT(s, b, chime_pool_schedule(p, count_fn, b, T_FAR_NS, &b->h), 0,
+    SUBMIT(s, b, chime_pool_schedule(p, t_count_fn, b, T_FAR_NS, &b->h), 0,
            "discard-oldest: second");
     if (b->exp == EXP_NONE)
         a->exp = EXP_CANCEL; /* nothing was evicted */
@@ -513,7 +506,7 @@ scenario(sc *s, long k)
     /* Pool creation, a first task, the first worker. */
     s->p = new_pool(s, 2, 0, CHIME_REJECT_ABORT, "pool_new");
     rec *r = newrec(s, EXP_RUN, "first");
-    SUBMIT(s, r, chime_pool_schedule(s->p, count_fn, r, 0, &r->h), 0,
+    SUBMIT(s, r, chime_pool_schedule(s->p, t_count_fn, r, 0, &r->h), 0,
            "schedule (first)");
     if (r->h)
         cr_assert_eq(chime_task_wait(r->h, T_LONG_NS, NULL), 0, "k=%ld", k);
@@ -521,20 +514,21 @@ scenario(sc *s, long k)
     /* Heap growth and the second worker. */
     for (int i = 0; i < N_FAR; i++) {
         r = newrec(s, EXP_RUN, "one-shot at T1");
-        SUBMIT(s, r, chime_pool_schedule(s->p, count_fn, r, T1, &r->h), 0,
+        SUBMIT(s, r, chime_pool_schedule(s->p, t_count_fn, r, T1, &r->h), 0,
                "schedule");
     }
     r = newrec(s, EXP_PERIODIC, "fixed rate");
-    SUBMIT(s, r,
-           chime_pool_schedule_at_fixed_rate(s->p, count_fn, r, T1, T1, &r->h),
-           0, "schedule_at_fixed_rate");
-    r = newrec(s, EXP_PERIODIC, "fixed delay");
     SUBMIT(
         s, r,
-        chime_pool_schedule_with_fixed_delay(s->p, count_fn, r, T1, T1, &r->h),
-        0, "schedule_with_fixed_delay");
+        chime_pool_schedule_at_fixed_rate(s->p, t_count_fn, r, T1, T1, &r->h),
+        0, "schedule_at_fixed_rate");
+    r = newrec(s, EXP_PERIODIC, "fixed delay");
+    SUBMIT(s, r,
+           chime_pool_schedule_with_fixed_delay(s->p, t_count_fn, r, T1, T1,
+                                                &r->h),
+           0, "schedule_with_fixed_delay");
     r = newrec(s, EXP_RUN, "execute");
-    SUBMIT(s, r, chime_pool_execute(s->p, count_fn, r), 0, "execute");
+    SUBMIT(s, r, chime_pool_execute(s->p, t_count_fn, r), 0, "execute");
     if (r->exp == EXP_RUN)
         cr_assert(T_WAIT_UNTIL(atomic_load(&r->runs) == 1, T_LONG_NS));
 
@@ -543,32 +537,33 @@ scenario(sc *s, long k)
     s->l1 = new_loop(s, "loop_new");
     for (int i = 0; i < N_POSTS; i++) {
         r = newrec(s, EXP_RUN, "post");
-        SUBMIT(s, r, chime_loop_post(s->l1, count_fn, r, &r->h), 0, "post");
+        SUBMIT(s, r, chime_loop_post(s->l1, t_count_fn, r, &r->h), 0, "post");
     }
     for (int i = 0; i < 3; i++) {
         r = newrec(s, EXP_RUN, "loop one-shot");
-        SUBMIT(s, r, chime_loop_schedule(s->l1, count_fn, r, T1, &r->h), 0,
+        SUBMIT(s, r, chime_loop_schedule(s->l1, t_count_fn, r, T1, &r->h), 0,
                "loop_schedule");
     }
     r = newrec(s, EXP_PERIODIC, "loop fixed rate");
-    SUBMIT(s, r,
-           chime_loop_schedule_at_fixed_rate(s->l1, count_fn, r, T1, T1, &r->h),
-           0, "loop_schedule_at_fixed_rate");
-    r = newrec(s, EXP_PERIODIC, "loop fixed delay");
     SUBMIT(
         s, r,
-        chime_loop_schedule_with_fixed_delay(s->l1, count_fn, r, T1, T1, &r->h),
-        0, "loop_schedule_with_fixed_delay");
+        chime_loop_schedule_at_fixed_rate(s->l1, t_count_fn, r, T1, T1, &r->h),
+        0, "loop_schedule_at_fixed_rate");
+    r = newrec(s, EXP_PERIODIC, "loop fixed delay");
+    SUBMIT(s, r,
+           chime_loop_schedule_with_fixed_delay(s->l1, t_count_fn, r, T1, T1,
+                                                &r->h),
+           0, "loop_schedule_with_fixed_delay");
     for (int i = 0; i < N_SLAB; i++) {
         r = newrec(s, EXP_CANCEL, "never due");
-        SUBMIT(s, r, chime_pool_schedule(s->p, count_fn, r, T_FAR_NS, &r->h), 0,
-               "schedule (never due)");
+        SUBMIT(s, r, chime_pool_schedule(s->p, t_count_fn, r, T_FAR_NS, &r->h),
+               0, "schedule (never due)");
     }
     s->l2 = new_loop(s, "loop_new (second)");
     int l2_first = atomic_load(&s->n);
     for (int i = 0; i < N_L2; i++) {
         r = newrec(s, EXP_RUN, "loop one-shot moved by a worker");
-        SUBMIT(s, r, chime_loop_schedule(s->l2, count_fn, r, T1, &r->h), 0,
+        SUBMIT(s, r, chime_loop_schedule(s->l2, t_count_fn, r, T1, &r->h), 0,
                "loop_schedule (second binding)");
     }
     int l2_end = atomic_load(&s->n);
@@ -642,19 +637,19 @@ scenario(sc *s, long k)
     cr_assert_eq(chime_loop_close(s->l1), 0);
     cr_assert_eq(chime_loop_close(s->l2), 0);
     r = newrec(s, EXP_NONE, "post after close");
-    SUBMIT(s, r, chime_loop_post(s->l1, count_fn, r, &r->h), -ESHUTDOWN,
+    SUBMIT(s, r, chime_loop_post(s->l1, t_count_fn, r, &r->h), -ESHUTDOWN,
            "post on a closed binding");
     r = newrec(s, EXP_NONE, "loop schedule after close");
-    SUBMIT(s, r, chime_loop_schedule(s->l2, count_fn, r, 0, &r->h), -ESHUTDOWN,
-           "loop_schedule on a closed binding");
+    SUBMIT(s, r, chime_loop_schedule(s->l2, t_count_fn, r, 0, &r->h),
+           -ESHUTDOWN, "loop_schedule on a closed binding");
     cr_assert_eq(chime_pool_shutdown(s->p), 0);
     r = newrec(s, EXP_NONE, "after shutdown");
-    SUBMIT(s, r, chime_pool_schedule(s->p, count_fn, r, 0, &r->h), -ESHUTDOWN,
+    SUBMIT(s, r, chime_pool_schedule(s->p, t_count_fn, r, 0, &r->h), -ESHUTDOWN,
            "schedule after shutdown");
-    SUBMIT(s, r, chime_pool_execute(s->p, count_fn, r), -ESHUTDOWN,
+    SUBMIT(s, r, chime_pool_execute(s->p, t_count_fn, r), -ESHUTDOWN,
            "execute after shutdown");
     SUBMIT(s, r,
-           chime_pool_schedule_at_fixed_rate(s->p, count_fn, r, 0, 1, &r->h),
+           chime_pool_schedule_at_fixed_rate(s->p, t_count_fn, r, 0, 1, &r->h),
            -ESHUTDOWN, "schedule_at_fixed_rate after shutdown");
     chime_loop *l = (chime_loop *)s;
     fi_mark("loop_new after shutdown");

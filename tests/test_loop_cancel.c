@@ -492,15 +492,6 @@ typedef struct rm_rec {
     int remove_rc; /* main thread only */
 } rm_rec;
 
-static int
-rm_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    atomic_fetch_add(&((rm_rec *)arg)->ran, 1);
-    return 0;
-}
-
 Test(loop, pool_remove_and_contains_on_loop_tasks_race_safely_with_dispatch)
 {
     chime_pool *p = pool_with(2);
@@ -518,8 +509,9 @@ Test(loop, pool_remove_and_contains_on_loop_tasks_race_safely_with_dispatch)
         for (int i = 0; i < K; i++) {
             int64_t delay = i % 2 ? 0 : (int64_t)(i % 5) * CHIME_USEC;
             int rc = i % 4 == 3
-                         ? chime_loop_post(l, rm_fn, &rr[i], &h[i])
-                         : chime_loop_schedule(l, rm_fn, &rr[i], delay, &h[i]);
+                         ? chime_loop_post(l, t_count_fn, &rr[i].ran, &h[i])
+                         : chime_loop_schedule(l, t_count_fn, &rr[i].ran, delay,
+                                               &h[i]);
             cr_assert_eq(rc, 0);
         }
         for (int i = 0; i < K; i++) {

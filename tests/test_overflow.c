@@ -112,54 +112,52 @@ Test(overflow, max_fixed_delay_task_submits_due_now_work_by_every_api)
     }
 }
 
+/* A task due now, submitted by `due_api` behind a busy worker, runs before
+ * an end-of-time task (submitted after it by `end_api`, delay `end`), which
+ * never runs; shutdown then terminates at once. */
+static void
+end_of_time_behind(int due_api, int end_api, int64_t end)
+{
+    chime_pool_options o = t_options(1);
+    o.execute_delayed_after_shutdown = false;
+    chime_pool *p = pool_opts(&o);
+    t_latch gate, due_ran;
+    t_latch_init(&due_ran, 1);
+    atomic_int eot_runs = 0;
+    chime_task *due = NULL, *eot = NULL;
+    chime_task *blocker = t_block_worker(p, &gate);
+    int64_t t_due = chime_now_ns();
+    cr_assert_eq(submit(p, due_api, t_latch_fn, &due_ran, 0, &due), 0);
+    /* one clock tick: the due task is now overdue */
+    cr_assert(T_WAIT_UNTIL(chime_now_ns() > t_due, T_LONG_NS));
+    cr_assert_eq(submit(p, end_api, t_count_fn, &eot_runs, end, &eot), 0);
+    cr_assert_gt(chime_task_remaining(eot), INT64_MAX / 2);
+    t_latch_count_down(&gate);
+    cr_assert(t_latch_wait(&due_ran, T_LONG_NS),
+              "due %s behind end-of-time %s never ran", api_name[due_api],
+              api_name[end_api]);
+
+    cr_assert_eq(chime_pool_shutdown(p), 0);
+    cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0,
+                 "shutdown did not terminate (%s/%s)", api_name[due_api],
+                 api_name[end_api]);
+    cr_assert_eq(atomic_load(&eot_runs), 0);
+    cr_assert_eq(chime_task_get_state(eot), CHIME_TASK_CANCELLED);
+    T_RELEASE(blocker, due, eot);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    t_latch_destroy(&gate);
+    t_latch_destroy(&due_ran);
+}
+
 /* B24 */
 Test(overflow, end_of_time_task_never_delays_a_due_task)
 {
     static const int64_t ends[] = {INT64_MAX, INT64_MAX - 1};
-    for (int due_api = 0; due_api < API_N; due_api++) {
+    for (int due_api = 0; due_api < API_N; due_api++)
         /* execute has no delay: the end-of-time task uses the other 3 */
-        for (int end_api = API_SCHEDULE; end_api < API_N; end_api++) {
-            for (size_t e = 0; e < sizeof ends / sizeof ends[0]; e++) {
-                chime_pool_options o = t_options(1);
-                o.execute_delayed_after_shutdown = false;
-                chime_pool *p = pool_opts(&o);
-                t_latch gate, due_ran;
-                t_latch_init(&gate, 1);
-                t_latch_init(&due_ran, 1);
-                atomic_int eot_runs = 0;
-                chime_task *blocker = NULL, *due = NULL, *eot = NULL;
-
-                cr_assert_eq(
-                    chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
-                int64_t t_due = chime_now_ns();
-                cr_assert_eq(submit(p, due_api, t_latch_fn, &due_ran, 0, &due),
-                             0);
-                /* one clock tick: the due task is now overdue */
-                cr_assert(T_WAIT_UNTIL(chime_now_ns() > t_due, T_LONG_NS));
-                cr_assert_eq(
-                    submit(p, end_api, t_count_fn, &eot_runs, ends[e], &eot),
-                    0);
-                cr_assert_gt(chime_task_remaining(eot), INT64_MAX / 2);
-                t_latch_count_down(&gate);
-                cr_assert(t_latch_wait(&due_ran, T_LONG_NS),
-                          "due %s behind end-of-time %s never ran",
-                          api_name[due_api], api_name[end_api]);
-
-                cr_assert_eq(chime_pool_shutdown(p), 0);
-                cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0,
-                             "shutdown did not terminate (%s/%s)",
-                             api_name[due_api], api_name[end_api]);
-                cr_assert_eq(atomic_load(&eot_runs), 0);
-                cr_assert_eq(chime_task_get_state(eot), CHIME_TASK_CANCELLED);
-                chime_task_release(blocker);
-                chime_task_release(due);
-                chime_task_release(eot);
-                cr_assert_eq(chime_pool_destroy(p), 0);
-                t_latch_destroy(&gate);
-                t_latch_destroy(&due_ran);
-            }
-        }
-    }
+        for (int end_api = API_SCHEDULE; end_api < API_N; end_api++)
+            for (size_t e = 0; e < sizeof ends / sizeof ends[0]; e++)
+                end_of_time_behind(due_api, end_api, ends[e]);
 }
 
 /* ---- B26: saturation -------------------------------------------------- */
@@ -374,9 +372,7 @@ Test(overflow, negative_delays_mean_now)
     t_clock c;
     chime_pool *p = vpool_at(1, &c, CHIME_SEC);
     t_latch gate;
-    t_latch_init(&gate, 1);
-    chime_task *blocker = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
+    chime_task *blocker = t_block_worker(p, &gate);
     static const int64_t neg[] = {-1, -5 * CHIME_SEC, INT64_MIN + 1, INT64_MIN};
     enum { K = sizeof neg / sizeof neg[0] };
     atomic_int n = 0;

@@ -7,6 +7,7 @@
 #include "support.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <sched.h>
 #include <stdlib.h>
 
@@ -26,14 +27,6 @@ wait_alive(chime_pool *p, unsigned n)
                   "largest_threads %u below threads_alive %u",
                   s.largest_threads, s.threads_alive);
     return s;
-}
-
-/* A gate (support.h) whose runs read stats.running of `pool`. */
-static void
-gate_init(t_gate *g, chime_pool *pool, int tasks)
-{
-    t_gate_init(g, tasks);
-    atomic_store(&g->pool, pool);
 }
 
 /* A thread factory that counts its calls and succeeds `budget` times
@@ -71,49 +64,58 @@ new_factory_pool(unsigned threads, int budget)
 
 /* ---- B42-B47 statistics ------------------------------------------------ */
 
-/* B42 */
-Test(stats, running_is_one_inside_a_task_and_from_the_caller)
+/* The statistics the tests around one run read. */
+enum { ST_RUNNING, ST_COMPLETED, ST_ALIVE };
+
+static uint64_t
+stat_of(chime_pool *p, int which)
 {
-    chime_pool *p = pool_with(2);
+    chime_pool_stats s = stats_of(p);
+    return which == ST_RUNNING     ? s.running
+           : which == ST_COMPLETED ? s.completed
+                                   : s.threads_alive;
+}
+
+/* One gate task on a pool of `threads` workers: statistic `which` is
+ * `before` before it runs, `during` while it runs (for ST_RUNNING, as the
+ * task sees it too) and `after` once it returned. */
+static void
+stat_around_one_run(unsigned threads, int which, uint64_t before,
+                    uint64_t during, uint64_t after)
+{
+    chime_pool *p = pool_with(threads);
     t_gate g;
-    gate_init(&g, p, 1);
-    cr_assert_eq(stats_of(p).running, 0);
+    t_gate_init(&g, 1);
+    atomic_store(&g.pool, p); /* its run reads stats.running */
+    cr_assert_eq(stat_of(p, which), before, "before the run");
 
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &h), 0);
     cr_assert(t_latch_wait(&g.started, T_LONG_NS));
-    cr_assert_eq(stats_of(p).running, 1);
-    cr_assert_eq(atomic_load(&g.running_inside), 1);
+    cr_assert_eq(stat_of(p, which), during, "during the run");
+    if (which == ST_RUNNING)
+        cr_assert_eq(atomic_load(&g.running_inside), during, "inside the run");
 
     t_latch_count_down(&g.open);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert(T_WAIT_UNTIL(stats_of(p).running == 0, T_LONG_NS));
-
+    cr_assert(T_WAIT_UNTIL(stat_of(p, which) == after, T_LONG_NS),
+              "after the run: %" PRIu64 ", expected %" PRIu64,
+              stat_of(p, which), after);
     chime_task_release(h);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_gate_destroy(&g);
 }
 
+/* B42 */
+Test(stats, running_is_one_inside_a_task_and_from_the_caller)
+{
+    stat_around_one_run(2, ST_RUNNING, 0, 1, 0);
+}
+
 /* B43 */
 Test(stats, completed_counts_a_run_only_once_it_returned)
 {
-    chime_pool *p = pool_with(1);
-    t_gate g;
-    gate_init(&g, p, 1);
-    cr_assert_eq(stats_of(p).completed, 0);
-
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &h), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
-    cr_assert_eq(stats_of(p).completed, 0);
-
-    t_latch_count_down(&g.open);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert(T_WAIT_UNTIL(stats_of(p).completed == 1, T_LONG_NS));
-
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    t_gate_destroy(&g);
+    stat_around_one_run(1, ST_COMPLETED, 0, 0, 1);
 }
 
 /* B44 */
@@ -139,14 +141,10 @@ Test(stats, core_threads_reports_the_constructor_value)
 Test(stats, largest_threads_is_a_high_water_mark_that_survives_termination)
 {
     chime_pool *p = pool_with(3);
-    t_gate g;
-    gate_init(&g, p, 3);
     cr_assert_eq(stats_of(p).largest_threads, 0);
-
+    t_gate g;
     chime_task *h[3];
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &h[i]), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
+    t_gate_hold(&g, p, 3, h);
     chime_pool_stats s = stats_of(p);
     cr_assert_eq(s.largest_threads, 3);
     cr_assert_eq(s.threads_alive, 3);
@@ -167,25 +165,10 @@ Test(stats, largest_threads_is_a_high_water_mark_that_survives_termination)
     t_gate_destroy(&g);
 }
 
-/* B46 */
+/* B46: a core worker stays after the run. */
 Test(stats, threads_alive_is_zero_until_the_first_task)
 {
-    chime_pool *p = pool_with(1);
-    t_gate g;
-    gate_init(&g, p, 1);
-    cr_assert_eq(stats_of(p).threads_alive, 0);
-
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &h), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
-    cr_assert_eq(stats_of(p).threads_alive, 1);
-
-    t_latch_count_down(&g.open);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert_eq(stats_of(p).threads_alive, 1, "a core worker stays");
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    t_gate_destroy(&g);
+    stat_around_one_run(1, ST_ALIVE, 0, 1, 1);
 }
 
 /* B47 */
@@ -193,12 +176,9 @@ Test(stats, submitted_counts_every_accepted_task)
 {
     chime_pool *p = pool_with(1);
     t_gate g;
-    gate_init(&g, p, 1);
     atomic_int runs = 0;
     chime_task *h[4];
-
-    cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &h[0]), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
+    t_gate_hold(&g, p, 1, h);
     cr_assert_eq(stats_of(p).submitted, 1);
     for (int i = 1; i < 4; i++) {
         cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs, 0, &h[i]), 0);
