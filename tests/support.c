@@ -513,6 +513,14 @@ vrec_fn(chime_task *self, void *arg, void **result)
 }
 
 void
+t_wait_all(chime_task **h, size_t n, int64_t timeout_ns, int want)
+{
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(chime_task_wait(h[i], timeout_ns, NULL), want, "task %zu",
+                     i);
+}
+
+void
 t_release_all(chime_task **h, size_t n)
 {
     for (size_t i = 0; i < n; i++)

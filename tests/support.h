@@ -264,6 +264,9 @@ typedef struct vrec {
 void vrec_init(vrec *r, chime_pool *p, t_clock *c);
 int vrec_fn(chime_task *self, void *arg, void **result);
 
+/* Asserts that each task h[0..n) completes within timeout_ns with the
+ * chime_task_wait result `want`. */
+void t_wait_all(chime_task **h, size_t n, int64_t timeout_ns, int want);
 /* Releases the n handles h[0..n); T_RELEASE(a, b, ...) each one given. */
 void t_release_all(chime_task **h, size_t n);
 #define T_RELEASE(...)                                                         \

@@ -951,14 +951,22 @@ self_wait_fn(chime_task *self, void *arg, void **result)
     return 0;
 }
 
+/* Runs self_wait_fn on p; returns its handle once it made its calls. */
+static chime_task *
+probe_run(probe *pr, chime_pool *p)
+{
+    probe_init(pr, p);
+    chime_task *h = NULL;
+    cr_assert_eq(chime_pool_schedule(p, self_wait_fn, pr, 0, &h), 0);
+    cr_assert(t_latch_wait(&pr->done, T_LONG_NS));
+    return h;
+}
+
 Test(badinput, a_task_that_would_wait_for_itself_gets_edeadlk)
 {
     chime_pool *p = pool_with(1);
     probe pr;
-    probe_init(&pr, p);
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, self_wait_fn, &pr, 0, &h), 0);
-    cr_assert(t_latch_wait(&pr.done, T_LONG_NS));
+    chime_task *h = probe_run(&pr, p);
     BAD("chime_task_wait", "own handle from its callback, forever",
         atomic_load(&pr.rc[0]), -EDEADLK);
     BAD("chime_task_wait", "own handle from its callback, timeout 0",

@@ -474,9 +474,7 @@ Test(basic, zero_and_negative_delays_run_immediately)
     cr_assert_eq(atomic_load(&log.n), 2);
     cr_assert_eq(atomic_load(&log.ids[0]), 0);
     cr_assert_eq(atomic_load(&log.ids[1]), 1);
-    chime_task_release(blocker);
-    chime_task_release(zero);
-    chime_task_release(neg);
+    T_RELEASE(blocker, zero, neg);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_latch_destroy(&gate);
 }
@@ -518,8 +516,7 @@ Test(basic, equal_deadlines_run_in_submission_order)
         cr_assert_eq(chime_pool_schedule(p, order_fn, &items[i], 0, &h[i]), 0);
     }
     t_latch_count_down(&gate);
-    for (int i = 0; i < K; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, K, T_LONG_NS, 0);
     cr_assert_eq(atomic_load(&log.n), K);
     for (int i = 0; i < K; i++)
         cr_assert_eq(atomic_load(&log.ids[i]), i, "position %d ran task %d", i,
@@ -552,8 +549,7 @@ Test(basic, tasks_run_in_order_of_their_delays)
         cr_assert_eq(chime_pool_schedule(p, order_fn, &items[i], d, &h[i]), 0);
         hi[i] = chime_now_ns() + d;
     }
-    for (int i = 0; i < K; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, K, T_LONG_NS, 0);
     int pos[K];
     for (int i = 0; i < K; i++)
         pos[atomic_load(&log.ids[i])] = i;

@@ -771,8 +771,7 @@ Test(cancel, rearm_keeps_the_queue_in_deadline_order)
     for (int i = 0; i < K; i++)
         cr_assert_eq(chime_task_remaining(h[i]), fin[i] * CHIME_MSEC);
     t_clock_advance(&clk, p, (K + 1) * CHIME_MSEC);
-    for (int i = 0; i < K; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, K, T_LONG_NS, 0);
     cr_assert_eq(atomic_load(&log.n), K);
     for (int pos = 0; pos < K; pos++) {
         int id = atomic_load(&log.ids[pos]);

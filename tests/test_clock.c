@@ -267,8 +267,7 @@ Test(clock, equal_deadlines_run_in_submission_order)
             0);
     }
     t_clock_advance(&c, p, 10 * CHIME_MSEC);
-    for (int i = 0; i < K; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, K, T_LONG_NS, 0);
     for (int i = 0; i < K; i++) {
         cr_assert_eq(atomic_load(&log.ids[i]), i, "position %d ran task %d", i,
                      atomic_load(&log.ids[i]));
@@ -301,8 +300,7 @@ Test(clock, equal_deadlines_from_different_submission_times_run_fifo)
     t_clock_advance(&c, p, 10 * CHIME_MSEC);
     cr_assert_eq(chime_pool_schedule(p, order_fn, &it[2], 0, &h[2]), 0);
     t_latch_count_down(&gate);
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, 3, T_LONG_NS, 0);
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(atomic_load(&log.ids[i]), i);
         chime_task_release(h[i]);
@@ -330,8 +328,7 @@ Test(clock, tasks_run_in_order_of_their_delays)
     }
     /* all become due at once: the deadline order still holds */
     t_clock_advance(&c, p, 60 * CHIME_MSEC);
-    for (int i = 0; i < K; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, K, T_LONG_NS, 0);
     for (int i = 0; i < K; i++) {
         cr_assert_eq(atomic_load(&log.ids[i]), K - 1 - i);
         chime_task_release(h[i]);

@@ -115,8 +115,7 @@ task_init(struct chime_task *t, int64_t deadline, uint64_t seq)
 
 /* Initialises h with t[0..n): t[i] due at first + i * step, seq i. */
 static void
-heap_of(chime_heap *h, struct chime_task *t, int n, int64_t first,
-        int64_t step)
+heap_of(chime_heap *h, struct chime_task *t, int n, int64_t first, int64_t step)
 {
     chime__heap_init(h);
     for (int i = 0; i < n; i++) {

@@ -471,10 +471,8 @@ Test(loop, cancel_and_rearm_from_other_threads_racing_with_close_are_safe)
             calls += atomic_load(&hm[k].calls);
         }
         t_latch_destroy(&up);
-        for (int i = 0; i < K; i++) {
-            cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), -ECANCELED);
-            chime_task_release(h[i]);
-        }
+        t_wait_all(h, K, T_LONG_NS, -ECANCELED);
+        t_release_all(h, K);
     }
     fprintf(stderr,
             "loop::cancel_and_rearm_from_other_threads_racing_with_close_are_"

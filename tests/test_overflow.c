@@ -388,8 +388,7 @@ Test(overflow, negative_delays_mean_now)
                  0);
     cr_assert_eq(chime_task_remaining(rate), 0);
     t_latch_count_down(&gate);
-    for (int i = 0; i < K; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, K, T_LONG_NS, 0);
     cr_assert(T_WAIT_UNTIL(atomic_load(&n) == K + 1 &&
                                chime_task_get_state(rate) == CHIME_TASK_PENDING,
                            T_LONG_NS));

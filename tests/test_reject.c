@@ -142,8 +142,7 @@ Test(reject, default_policy_is_abort)
 
 Test(reject, call_policy_needs_a_handler_and_policies_are_checked)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
+    chime_pool_options o = t_options(1);
     chime_pool *p = (chime_pool *)&p;
     o.reject_policy = CHIME_REJECT_CALL;
     cr_assert_eq(chime_pool_new(&o, &p), -EINVAL);
@@ -182,8 +181,7 @@ Test(reject, abort_at_capacity_returns_eagain_and_queues_nothing)
 
     /* the queued tasks are unaffected and run when due */
     t_clock_advance(&clk, p, 2 * CHIME_SEC);
-    for (int i = 0; i < 2; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, 2, T_LONG_NS, 0);
     cr_assert_eq(atomic_load(&runs[2]), 0);
     /* room again */
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs[2], 0, &x), 0);
@@ -274,8 +272,7 @@ Test(reject, discard_at_capacity_completes_the_handle_as_rejected)
     cr_assert_eq(s.submitted, submitted);
 
     t_clock_advance(&clk, p, 2 * CHIME_SEC);
-    for (int i = 0; i < 2; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, 2, T_LONG_NS, 0);
     cr_assert_eq(atomic_load(&runs[2]), 0);
     chime_task_release(x);
     t_release_all(h, 2);
@@ -620,10 +617,8 @@ Test(reject, every_submission_kind_calls_the_handler_once_after_shutdown)
         cr_assert_eq(r.pool, p);
         cr_assert_eq(r.reason, -ESHUTDOWN);
         pthread_mutex_unlock(&r.mu);
-        for (int i = 0; i < 4; i++) {
-            cr_assert_eq(chime_task_wait(x[i], 0, NULL), CHIME_EREJECTED);
-            chime_task_release(x[i]);
-        }
+        t_wait_all(x, 4, 0, CHIME_EREJECTED);
+        t_release_all(x, 4);
         chime_pool_stats s = stats_of(p);
         cr_assert_eq(s.submitted, s0.submitted);
         cr_assert_eq(s.completed, s0.completed);

@@ -159,10 +159,8 @@ wedged_pool_rejects(bool now)
     cr_assert_eq(s.submitted, before, "rejections are not submissions");
     cr_assert_eq(s.rejected, 12);
     cr_assert_eq(atomic_load(&runs), 0);
-    for (int i = 0; i < 2; i++) {
-        cr_assert_eq(chime_task_wait(h[i], 0, NULL), 0);
-        chime_task_release(h[i]);
-    }
+    t_wait_all(h, 2, 0, 0);
+    t_release_all(h, 2);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_gate_destroy(&g);
 }

@@ -157,10 +157,9 @@ Test(stats, largest_threads_is_a_high_water_mark_that_survives_termination)
     cr_assert_eq(s.largest_threads, 3);
     cr_assert_eq(s.threads_alive, 0);
 
-    for (int i = 0; i < 3; i++) {
-        cr_assert_eq(chime_task_wait(h[i], 0, NULL), 0);
-        chime_task_release(h[i]);
-    }
+    t_wait_all(h, 3, 0, 0);
+
+    t_release_all(h, 3);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_gate_destroy(&g);
 }
