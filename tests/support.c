@@ -471,11 +471,11 @@ order_fn(chime_task *self, void *arg, void **result)
 }
 
 void
-order_init(order_log *log, order_item *items, int n)
+order_init(order_log *log)
 {
     atomic_init(&log->n, 0);
-    for (int i = 0; i < n; i++)
-        items[i] = (order_item){.log = log, .id = i};
+    for (int i = 0; i < ORDER_MAX; i++)
+        log->item[i] = (order_item){.log = log, .id = i};
 }
 
 /* ---- virtual-time recorder ---------------------------------------------- */

@@ -230,21 +230,25 @@ void t_sleeper_destroy(t_sleeper *s);
 int t_sleeper_fn(chime_task *self, void *arg, void **result);
 
 /* ---- order log: the order in which tasks ran ---------------------------- */
-/* Each task's arg is an order_item; the log records its id. */
+/* The task with id i runs order_fn with &log.item[i] as its arg; the log
+ * records the ids in the order the tasks ran. */
 #define ORDER_MAX 1024
-typedef struct order_log {
-    atomic_int n;
-    atomic_int ids[ORDER_MAX];
-} order_log;
+typedef struct order_log order_log;
 
 typedef struct order_item {
     order_log *log;
     int id;
 } order_item;
 
+struct order_log {
+    atomic_int n;              /* runs logged */
+    atomic_int ids[ORDER_MAX]; /* the id of each run, in order */
+    order_item item[ORDER_MAX];
+};
+
 int order_fn(chime_task *self, void *arg, void **result);
-/* items[i] = {log, i} for i < n; the log is cleared. */
-void order_init(order_log *log, order_item *items, int n);
+/* Clears the log and numbers its items. */
+void order_init(order_log *log);
 
 /* ---- virtual-time recorder ---------------------------------------------- */
 /* A periodic (or one-shot) body that records the virtual time of each run

@@ -734,12 +734,6 @@ Test(cancel, rearm_keeps_the_queue_in_deadline_order)
     uint64_t seed =
         seed_from_env("cancel::rearm_keeps_the_queue_in_deadline_order");
     uint64_t s = seed;
-    t_clock clk;
-    chime_pool *p = vpool(1, &clk);
-    order_log log;
-    order_item items[K];
-    order_init(&log, items, K);
-    chime_task *h[K];
     int64_t fin[K]; /* final delay in ms: a permutation of 1..K */
     for (int i = 0; i < K; i++)
         fin[i] = i + 1;
@@ -749,9 +743,14 @@ Test(cancel, rearm_keeps_the_queue_in_deadline_order)
         fin[i] = fin[j];
         fin[j] = t;
     }
+    t_clock clk;
+    chime_pool *p = vpool(1, &clk);
+    order_log log;
+    order_init(&log);
+    chime_task *h[K];
     for (int i = 0; i < K; i++) {
         int64_t first = (int64_t)(rnd(&s) % (2 * K)) * CHIME_MSEC;
-        cr_assert_eq(chime_pool_schedule(p, order_fn, &items[i],
+        cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[i],
                                          first + CHIME_MSEC, &h[i]),
                      0);
     }
@@ -791,17 +790,18 @@ Test(cancel, rearm_ties_run_after_already_due_tasks)
     t_latch gate;
     chime_task *blocker = t_block_worker(p, &gate);
     order_log log;
-    order_item it[4]; /* a, b, c, d */
-    order_init(&log, it, 4);
+    order_init(&log); /* a, b, c, d */
     chime_task *h[4] = {NULL};
     /* d is submitted first (lowest sequence) but far out */
     cr_assert_eq(
-        chime_pool_schedule(p, order_fn, &it[3], 50 * CHIME_MSEC, &h[3]), 0);
+        chime_pool_schedule(p, order_fn, &log.item[3], 50 * CHIME_MSEC, &h[3]),
+        0);
     for (int i = 0; i < 2; i++)
-        cr_assert_eq(chime_pool_schedule(p, order_fn, &it[i], 0, &h[i]), 0);
+        cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[i], 0, &h[i]),
+                     0);
     /* now due at the same instant as a and b: it queues behind them */
     cr_assert_eq(chime_task_rearm(h[3], 0), 0);
-    cr_assert_eq(chime_pool_schedule(p, order_fn, &it[2], 0, &h[2]), 0);
+    cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[2], 0, &h[2]), 0);
     t_latch_count_down(&gate);
     cr_assert_eq(chime_task_wait(h[2], T_LONG_NS, NULL), 0);
     cr_assert_eq(chime_task_wait(h[3], T_LONG_NS, NULL), 0);

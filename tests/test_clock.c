@@ -256,16 +256,14 @@ Test(clock, equal_deadlines_run_in_submission_order)
     enum { K = 24 };
     t_clock c;
     chime_pool *p = vpool(1, &c);
-    order_log log = {0};
-    order_item items[K];
+    order_log log;
+    order_init(&log);
     chime_task *h[K];
     /* the clock does not move: every deadline is exactly T_START_NS + 10 ms */
-    for (int i = 0; i < K; i++) {
-        items[i] = (order_item){&log, i};
-        cr_assert_eq(
-            chime_pool_schedule(p, order_fn, &items[i], 10 * CHIME_MSEC, &h[i]),
-            0);
-    }
+    for (int i = 0; i < K; i++)
+        cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[i],
+                                         10 * CHIME_MSEC, &h[i]),
+                     0);
     t_clock_advance(&c, p, 10 * CHIME_MSEC);
     t_wait_all(h, K, T_LONG_NS, 0);
     for (int i = 0; i < K; i++) {
@@ -279,26 +277,28 @@ Test(clock, equal_deadlines_run_in_submission_order)
 /* B17 */
 Test(clock, equal_deadlines_from_different_submission_times_run_fifo)
 {
-    /* a: delay 20 at T_START_NS; b: delay 10 at T_START_NS+10; c: delay 0 at
-     * T_START_NS+20 (with the worker busy): all due at T_START_NS+20, run a, b,
-     * c. */
+    /* a: delay 20 at start; b: delay 10 at start + 10; c: delay 0 at
+     * start + 20 (with the worker busy): all due at start + 20, run a, b, c
+     * (it[0], it[1], it[2]). */
     t_clock c;
     chime_pool *p = vpool(1, &c);
-    order_log log = {0};
-    order_item it[3] = {{&log, 0}, {&log, 1}, {&log, 2}};
+    order_log log;
+    order_init(&log);
     chime_task *h[3];
     t_latch gate;
     cr_assert_eq(
-        chime_pool_schedule(p, order_fn, &it[0], 20 * CHIME_MSEC, &h[0]), 0);
+        chime_pool_schedule(p, order_fn, &log.item[0], 20 * CHIME_MSEC, &h[0]),
+        0);
     t_clock_advance(&c, p, 10 * CHIME_MSEC); /* nothing is due yet */
     cr_assert_eq(
-        chime_pool_schedule(p, order_fn, &it[1], 10 * CHIME_MSEC, &h[1]), 0);
+        chime_pool_schedule(p, order_fn, &log.item[1], 10 * CHIME_MSEC, &h[1]),
+        0);
     cr_assert_eq(chime_task_remaining(h[0]), 10 * CHIME_MSEC);
     cr_assert_eq(chime_task_remaining(h[1]), 10 * CHIME_MSEC);
     /* occupy the worker at T_START_NS + 10 so that c is queued, not run */
     chime_task *blocker = t_block_worker(p, &gate);
     t_clock_advance(&c, p, 10 * CHIME_MSEC);
-    cr_assert_eq(chime_pool_schedule(p, order_fn, &it[2], 0, &h[2]), 0);
+    cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[2], 0, &h[2]), 0);
     t_latch_count_down(&gate);
     t_wait_all(h, 3, T_LONG_NS, 0);
     for (int i = 0; i < 3; i++) {
@@ -316,16 +316,13 @@ Test(clock, tasks_run_in_order_of_their_delays)
     enum { K = 5 };
     t_clock c;
     chime_pool *p = vpool(1, &c);
-    order_log log = {0};
-    order_item items[K];
+    order_log log;
+    order_init(&log);
     chime_task *h[K];
-    for (int i = 0; i < K; i++) {
-        items[i] = (order_item){&log, i};
-        /* 50, 40, 30, 20, 10 ms */
-        cr_assert_eq(chime_pool_schedule(p, order_fn, &items[i],
+    for (int i = 0; i < K; i++) /* 50, 40, 30, 20, 10 ms */
+        cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[i],
                                          (K - i) * 10 * CHIME_MSEC, &h[i]),
                      0);
-    }
     /* all become due at once: the deadline order still holds */
     t_clock_advance(&c, p, 60 * CHIME_MSEC);
     t_wait_all(h, K, T_LONG_NS, 0);

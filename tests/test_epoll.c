@@ -223,10 +223,9 @@ Test(epoll, batch_limit_bounds_one_dispatch)
     chime_loop *l = loop_with(p, BATCH);
     int epfd = epoll_for(l);
     order_log order;
-    order_item steps[N];
-    order_init(&order, steps, N);
+    order_init(&order);
     for (int i = 0; i < N; i++)
-        cr_assert_eq(chime_loop_post(l, order_fn, &steps[i], NULL), 0);
+        cr_assert_eq(chime_loop_post(l, order_fn, &order.item[i], NULL), 0);
     cr_assert_eq(ready_of(l), N);
 
     /* 3 + 3 + 3 + 1, readable after each dispatch but the last. */
@@ -250,7 +249,7 @@ Test(epoll, batch_limit_bounds_one_dispatch)
      * also drains, so no empty extra wake-up is needed. */
     atomic_store(&order.n, 0);
     for (int i = 0; i < 2 * BATCH; i++)
-        cr_assert_eq(chime_loop_post(l, order_fn, &steps[i], NULL), 0);
+        cr_assert_eq(chime_loop_post(l, order_fn, &order.item[i], NULL), 0);
     cr_assert_eq(chime_loop_dispatch(l), BATCH);
     cr_assert(readable(l));
     cr_assert_eq(chime_loop_dispatch(l), BATCH);

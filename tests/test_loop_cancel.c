@@ -165,11 +165,12 @@ Test(loop, rearm_to_now_queues_behind_tasks_already_due)
     chime_loop *l = loop_new(p, 0);
     cr_assert_eq(chime_loop_set_thread(l), 0);
     order_log log;
-    atomic_init(&log.n, 0);
-    order_item x = {.log = &log, .id = 0}, y = {.log = &log, .id = 1};
-    chime_task *hx = NULL;
-    cr_assert_eq(chime_loop_schedule(l, order_fn, &x, 10 * MS, &hx), 0);
-    cr_assert_eq(chime_loop_schedule(l, order_fn, &y, 10 * MS, NULL), 0);
+    order_init(&log);
+    chime_task *hx = NULL; /* the task with id 0 */
+    cr_assert_eq(chime_loop_schedule(l, order_fn, &log.item[0], 10 * MS, &hx),
+                 0);
+    cr_assert_eq(chime_loop_schedule(l, order_fn, &log.item[1], 10 * MS, NULL),
+                 0);
     t_clock_advance(&clk, p, 10 * MS);
     cr_assert(T_WAIT_UNTIL(ready_of(l) == 2, T_LONG_NS));
     cr_assert_eq(chime_task_rearm(hx, 0), 0);

@@ -56,18 +56,16 @@ Test(loop, due_tasks_run_in_deadline_then_submission_order)
 
     for (int round = 0; round < 20; round++) {
         order_log log;
-        atomic_init(&log.n, 0);
-        order_item items[BURST];
+        order_init(&log);
         due_item due[BURST];
         int per_step[3] = {0, 0, 0};
         for (int i = 0; i < BURST; i++) {
             int step = (int)(rnd(&seed) % 3);
             due[i] = (due_item){.id = i, .delay = (step + 1) * 10 * MS};
             per_step[step]++;
-            items[i] = (order_item){.log = &log, .id = i};
-            cr_assert_eq(
-                chime_loop_schedule(l, order_fn, &items[i], due[i].delay, NULL),
-                0);
+            cr_assert_eq(chime_loop_schedule(l, order_fn, &log.item[i],
+                                             due[i].delay, NULL),
+                         0);
         }
         if (round % 2 == 0) {
             /* one burst: everything due at once */
@@ -107,17 +105,14 @@ Test(loop, posts_run_in_post_order_after_tasks_already_ready)
     cr_assert_eq(chime_loop_set_thread(l), 0);
     enum { DUE = 3, POSTS = 200 };
     static order_log log;
-    atomic_init(&log.n, 0);
-    order_item items[DUE + POSTS];
-    for (int i = 0; i < DUE + POSTS; i++)
-        items[i] = (order_item){.log = &log, .id = i};
+    order_init(&log);
     for (int i = 0; i < DUE; i++)
-        cr_assert_eq(chime_loop_schedule(l, order_fn, &items[i], 10 * MS, NULL),
-                     0);
+        cr_assert_eq(
+            chime_loop_schedule(l, order_fn, &log.item[i], 10 * MS, NULL), 0);
     t_clock_advance(&clk, p, 10 * MS);
     cr_assert(T_WAIT_UNTIL(ready_of(l) == DUE, T_LONG_NS));
     for (int i = DUE; i < DUE + POSTS; i++)
-        cr_assert_eq(chime_loop_post(l, order_fn, &items[i], NULL), 0);
+        cr_assert_eq(chime_loop_post(l, order_fn, &log.item[i], NULL), 0);
     cr_assert(DISPATCH_UNTIL(l, atomic_load(&log.n) == DUE + POSTS, T_LONG_NS));
     for (int i = 0; i < DUE + POSTS; i++)
         cr_assert_eq(atomic_load(&log.ids[i]), i, "position %d ran %d", i,
