@@ -425,63 +425,71 @@ new_loop(sc *s, const char *what)
     return l;
 }
 
-/* The rejection policies: each allocates the task before it can decide. */
+/* The rejection policies at capacity (max_pending 1): a first task fills
+ * the queue, a second meets the policy; each allocates the task before it
+ * can decide. The strings name the calls (fi_mark) and the tasks. */
+typedef struct rejection {
+    chime_reject_policy policy;
+    unsigned threads; /* > 1: the pool is prestarted (ABORT) */
+    const char *pool, *first, *again, *second, *second_rec;
+    int first_exp;  /* what the first task becomes */
+    int second_rc;  /* what the second submission returns */
+    int second_exp; /* what the second task becomes */
+} rejection;
+
+static const rejection rejections[] = {
+    /* ABORT: -EAGAIN, nothing queued. */
+    {CHIME_REJECT_ABORT, 2, "abort pool", "abort: first",
+     "abort: first (again)", "abort: second", "abort: rejected", EXP_CANCEL,
+     -EAGAIN, EXP_NONE},
+    /* CALLER_RUNS: the second one runs in this thread. */
+    {CHIME_REJECT_CALLER_RUNS, 1, "caller-runs pool", "caller-runs: first",
+     "caller-runs: first (again)", "caller-runs: second",
+     "caller-runs: ran in caller", EXP_CANCEL, 0, EXP_RUN},
+    /* DISCARD_OLDEST: the first is evicted as rejected. */
+    {CHIME_REJECT_DISCARD_OLDEST, 1, "discard-oldest pool",
+     "discard-oldest: evicted", "discard-oldest: evicted (again)",
+     "discard-oldest: second", "discard-oldest: kept", EXP_REJECTED, 0,
+     EXP_CANCEL},
+};
+
+static void
+rejection_path(sc *s, const rejection *c)
+{
+    chime_pool *p = new_pool(s, c->threads, 1, c->policy, c->pool);
+    if (c->threads > 1) {
+        fi_mark("prestart");
+        int rc = chime_pool_prestart(p);
+        if (rc != 1) {
+            /* FINDING: -ENOMEM is not among prestart's documented codes. */
+            cr_assert(rc == -ENOMEM && fi_fired_here(),
+                      "k=%ld: prestart returned %d", s->k, rc);
+            s->enomem_returns++;
+            s->enomem_what = "prestart";
+        }
+    }
+    rec *a = newrec(s, c->first_exp, c->first);
+    SUBMIT(s, a, chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0,
+           c->first);
+    if (a->exp == EXP_NONE) { /* the queue must be full for the next one */
+        a = newrec(s, c->first_exp, c->again);
+        cr_assert_eq(chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0);
+    }
+    rec *b = newrec(s, c->second_exp, c->second_rec);
+    SUBMIT(s, b, chime_pool_schedule(p, t_count_fn, b, T_FAR_NS, &b->h),
+           c->second_rc, c->second);
+    if (b->exp == EXP_NONE) {
+        cr_assert_null(b->h);
+        a->exp = EXP_CANCEL; /* nothing was evicted */
+    }
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
 static void
 rejection_paths(sc *s)
 {
-    /* ABORT at capacity: -EAGAIN, nothing queued. */
-    chime_pool *p = new_pool(s, 2, 1, CHIME_REJECT_ABORT, "abort pool");
-    fi_mark("prestart");
-    int rc = chime_pool_prestart(p);
-    if (rc != 1) {
-        /* FINDING: -ENOMEM is not among prestart's documented codes. */
-        cr_assert(rc == -ENOMEM && fi_fired_here(),
-                  "k=%ld: prestart returned %d", s->k, rc);
-        s->enomem_returns++;
-        s->enomem_what = "prestart";
-    }
-    rec *a = newrec(s, EXP_CANCEL, "abort: first");
-    SUBMIT(s, a, chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0,
-           "abort: first");
-    if (a->exp == EXP_NONE) { /* the queue must be full for the next one */
-        a = newrec(s, EXP_CANCEL, "abort: first (again)");
-        cr_assert_eq(chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0);
-    }
-    rec *b = newrec(s, EXP_NONE, "abort: rejected");
-    SUBMIT(s, b, chime_pool_schedule(p, t_count_fn, b, T_FAR_NS, &b->h),
-           -EAGAIN, "abort: second");
-    cr_assert_null(b->h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-
-    /* CALLER_RUNS at capacity: the second one runs in this thread. */
-    p = new_pool(s, 1, 1, CHIME_REJECT_CALLER_RUNS, "caller-runs pool");
-    a = newrec(s, EXP_CANCEL, "caller-runs: first");
-    SUBMIT(s, a, chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0,
-           "caller-runs: first");
-    if (a->exp == EXP_NONE) {
-        a = newrec(s, EXP_CANCEL, "caller-runs: first (again)");
-        cr_assert_eq(chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0);
-    }
-    b = newrec(s, EXP_RUN, "caller-runs: ran in caller");
-    SUBMIT(s, b, chime_pool_schedule(p, t_count_fn, b, T_FAR_NS, &b->h), 0,
-           "caller-runs: second");
-    cr_assert_eq(chime_pool_destroy(p), 0);
-
-    /* DISCARD_OLDEST at capacity: the first is evicted as rejected. */
-    p = new_pool(s, 1, 1, CHIME_REJECT_DISCARD_OLDEST, "discard-oldest pool");
-    a = newrec(s, EXP_REJECTED, "discard-oldest: evicted");
-    SUBMIT(s, a, chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0,
-           "discard-oldest: first");
-    if (a->exp == EXP_NONE) {
-        a = newrec(s, EXP_REJECTED, "discard-oldest: evicted (again)");
-        cr_assert_eq(chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0);
-    }
-    b = newrec(s, EXP_CANCEL, "discard-oldest: kept");
-    SUBMIT(s, b, chime_pool_schedule(p, t_count_fn, b, T_FAR_NS, &b->h), 0,
-           "discard-oldest: second");
-    if (b->exp == EXP_NONE)
-        a->exp = EXP_CANCEL; /* nothing was evicted */
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    for (size_t i = 0; i < sizeof(rejections) / sizeof(rejections[0]); i++)
+        rejection_path(s, &rejections[i]);
 }
 
 #define N_FAR 60 /* pool one-shots due at T1: the heap grows 5 times */
