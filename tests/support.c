@@ -154,6 +154,14 @@ loop_new(chime_pool *p, unsigned batch_limit)
     return l;
 }
 
+chime_loop *
+loop_here(chime_pool *p, unsigned batch_limit)
+{
+    chime_loop *l = loop_new(p, batch_limit);
+    cr_assert_eq(chime_loop_set_thread(l), 0);
+    return l;
+}
+
 chime_pool_stats
 stats_of(chime_pool *p)
 {

@@ -127,6 +127,8 @@ chime_pool *vpool_opts(chime_pool_options *o, t_clock *c, int64_t start);
 /* A binding on p (options with batch_limit, 0: the default); its fd is
  * valid. */
 chime_loop *loop_new(chime_pool *p, unsigned batch_limit);
+/* The same, with the caller declared its loop thread. */
+chime_loop *loop_here(chime_pool *p, unsigned batch_limit);
 
 chime_pool_stats stats_of(chime_pool *p);
 chime_loop_stats lstats(chime_loop *l);

@@ -115,68 +115,87 @@ Test(clock, zero_delay_task_runs_without_advancing)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
+/* The frame of the periodic tests: a periodic task recorded by a vrec, on
+ * a pool of `threads` workers on the virtual clock. */
+typedef struct vfx {
+    t_clock c;
+    chime_pool *p;
+    vrec r;
+    chime_task *h;
+} vfx;
+
+/* Schedules the task (fixed rate, else fixed delay); its first run takes
+ * first_takes of virtual time more, every run each_takes. */
+static void
+vfx_start(vfx *f, unsigned threads, bool fixed_rate, int64_t delay,
+          int64_t period, int64_t first_takes, int64_t each_takes)
+{
+    f->p = vpool(threads, &f->c);
+    vrec_init(&f->r, f->p, &f->c);
+    f->r.first_takes = first_takes;
+    f->r.each_takes = each_takes;
+    f->h = NULL;
+    cr_assert_eq(t_schedule_periodic(f->p, fixed_rate, vrec_fn, &f->r, delay,
+                                     period, &f->h),
+                 0);
+}
+
+/* Cancels the task, releases it and destroys the pool. */
+static void
+vfx_end(vfx *f)
+{
+    cr_assert_eq(chime_task_cancel(f->h, 0), 0);
+    chime_task_release(f->h);
+    cr_assert_eq(chime_pool_destroy(f->p), 0);
+}
+
 /* B6 on the virtual clock */
 Test(clock, fixed_rate_runs_on_its_original_schedule)
 {
     const int64_t period = 10 * CHIME_MSEC;
-    t_clock c;
-    chime_pool *p = vpool(1, &c);
-    vrec r;
-    vrec_init(&r, p, &c);
-    chime_task *h = NULL;
-    cr_assert_eq(
-        chime_pool_schedule_at_fixed_rate(p, vrec_fn, &r, period, period, &h),
-        0);
-    cr_assert_eq(chime_task_remaining(h), period);
+    vfx f;
+    vfx_start(&f, 1, true, period, period, 0, 0);
+    cr_assert_eq(chime_task_remaining(f.h), period);
     for (int k = 1; k <= 3; k++) {
         /* 4 ms steps: the run happens on the step that crosses its time */
-        t_clock_advance(&c, p, 4 * CHIME_MSEC);
-        t_clock_advance(&c, p, 4 * CHIME_MSEC);
-        cr_assert(t_stays(&r.n, k - 1), "run %d came early", k);
-        t_clock_advance(&c, p, 2 * CHIME_MSEC);
-        cr_assert(t_requeued(&r.n, h, k));
-        cr_assert_eq(atomic_load(&r.at[k - 1]), T_START_NS + k * period);
-        cr_assert_eq(chime_task_remaining(h), period);
+        t_clock_advance(&f.c, f.p, 4 * CHIME_MSEC);
+        t_clock_advance(&f.c, f.p, 4 * CHIME_MSEC);
+        cr_assert(t_stays(&f.r.n, k - 1), "run %d came early", k);
+        t_clock_advance(&f.c, f.p, 2 * CHIME_MSEC);
+        cr_assert(t_requeued(&f.r.n, f.h, k));
+        cr_assert_eq(atomic_load(&f.r.at[k - 1]), T_START_NS + k * period);
+        cr_assert_eq(chime_task_remaining(f.h), period);
     }
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    vfx_end(&f);
 }
 
 /* B20 on the virtual clock: a jump of five periods */
 Test(clock, fixed_rate_catches_up_back_to_back_after_a_jump)
 {
     const int64_t period = 10 * CHIME_MSEC;
-    t_clock c;
-    chime_pool *p = vpool(4, &c);
-    vrec r;
-    vrec_init(&r, p, &c);
-    chime_task *h = NULL;
-    cr_assert_eq(
-        chime_pool_schedule_at_fixed_rate(p, vrec_fn, &r, period, period, &h),
-        0);
-    t_clock_advance(&c, p, period);
-    cr_assert(t_requeued(&r.n, h, 1));
-    cr_assert_eq(atomic_load(&r.at[0]), T_START_NS + period);
+    vfx f;
+    vfx_start(&f, 4, true, period, period, 0, 0);
+    t_clock_advance(&f.c, f.p, period);
+    cr_assert(t_requeued(&f.r.n, f.h, 1));
+    cr_assert_eq(atomic_load(&f.r.at[0]), T_START_NS + period);
 
     /* runs due at +20, +30, +40, +50, +60 all run now, one after another */
-    t_clock_advance(&c, p, 5 * period);
-    cr_assert(t_requeued(&r.n, h, 6));
+    t_clock_advance(&f.c, f.p, 5 * period);
+    cr_assert(t_requeued(&f.r.n, f.h, 6));
     for (int k = 1; k < 6; k++)
-        cr_assert_eq(atomic_load(&r.at[k]), T_START_NS + 6 * period,
+        cr_assert_eq(atomic_load(&f.r.at[k]), T_START_NS + 6 * period,
                      "catch-up run %d at %lld", k,
-                     (long long)(atomic_load(&r.at[k]) - T_START_NS));
-    cr_assert_eq(atomic_load(&r.max_in_flight), 1, "catch-up runs overlapped");
+                     (long long)(atomic_load(&f.r.at[k]) - T_START_NS));
+    cr_assert_eq(atomic_load(&f.r.max_in_flight), 1,
+                 "catch-up runs overlapped");
     /* no backlog beyond the schedule: next run is +70, still aligned */
-    cr_assert_eq(chime_task_remaining(h), period);
-    cr_assert(t_stays(&r.n, 6), "ran ahead of its schedule");
+    cr_assert_eq(chime_task_remaining(f.h), period);
+    cr_assert(t_stays(&f.r.n, 6), "ran ahead of its schedule");
 
-    t_clock_advance(&c, p, period);
-    cr_assert(t_requeued(&r.n, h, 7));
-    cr_assert_eq(atomic_load(&r.at[6]), T_START_NS + 7 * period);
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    t_clock_advance(&f.c, f.p, period);
+    cr_assert(t_requeued(&f.r.n, f.h, 7));
+    cr_assert_eq(atomic_load(&f.r.at[6]), T_START_NS + 7 * period);
+    vfx_end(&f);
 }
 
 /* B20 */
@@ -185,30 +204,22 @@ Test(clock, long_fixed_rate_run_is_followed_by_back_to_back_catch_up)
     /* period 10 ms, first run takes 35 ms of virtual time: runs due at
      * +10, +20, +30 follow at once, then +40 on the original schedule. */
     const int64_t period = 10 * CHIME_MSEC;
-    t_clock c;
-    chime_pool *p = vpool(4, &c);
-    vrec r;
-    vrec_init(&r, p, &c);
-    r.first_takes = 35 * CHIME_MSEC;
-    chime_task *h = NULL;
-    cr_assert_eq(
-        chime_pool_schedule_at_fixed_rate(p, vrec_fn, &r, 0, period, &h), 0);
-    cr_assert(t_requeued(&r.n, h, 4));
-    cr_assert_eq(atomic_load(&r.at[0]), T_START_NS);
+    vfx f;
+    vfx_start(&f, 4, true, 0, period, 35 * CHIME_MSEC, 0);
+    cr_assert(t_requeued(&f.r.n, f.h, 4));
+    cr_assert_eq(atomic_load(&f.r.at[0]), T_START_NS);
     for (int k = 1; k < 4; k++)
-        cr_assert_eq(atomic_load(&r.at[k]), T_START_NS + 35 * CHIME_MSEC);
-    cr_assert_eq(atomic_load(&r.max_in_flight), 1, "runs overlapped");
-    cr_assert_eq(chime_task_remaining(h), 5 * CHIME_MSEC,
+        cr_assert_eq(atomic_load(&f.r.at[k]), T_START_NS + 35 * CHIME_MSEC);
+    cr_assert_eq(atomic_load(&f.r.max_in_flight), 1, "runs overlapped");
+    cr_assert_eq(chime_task_remaining(f.h), 5 * CHIME_MSEC,
                  "cadence not aligned to the original schedule");
-    cr_assert(t_stays(&r.n, 4));
+    cr_assert(t_stays(&f.r.n, 4));
 
-    t_clock_advance(&c, p, 5 * CHIME_MSEC);
-    cr_assert(t_requeued(&r.n, h, 5));
-    cr_assert_eq(atomic_load(&r.at[4]), T_START_NS + 40 * CHIME_MSEC);
-    cr_assert_eq(chime_task_remaining(h), period);
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    t_clock_advance(&f.c, f.p, 5 * CHIME_MSEC);
+    cr_assert(t_requeued(&f.r.n, f.h, 5));
+    cr_assert_eq(atomic_load(&f.r.at[4]), T_START_NS + 40 * CHIME_MSEC);
+    cr_assert_eq(chime_task_remaining(f.h), period);
+    vfx_end(&f);
 }
 
 /* B21 on the virtual clock */
@@ -216,38 +227,30 @@ Test(clock, fixed_delay_next_run_is_end_plus_delay)
 {
     const int64_t delay = 10 * CHIME_MSEC;
     const int64_t takes = 7 * CHIME_MSEC;
-    t_clock c;
-    chime_pool *p = vpool(4, &c);
-    vrec r;
-    vrec_init(&r, p, &c);
-    r.each_takes = takes;
-    chime_task *h = NULL;
-    cr_assert_eq(
-        chime_pool_schedule_with_fixed_delay(p, vrec_fn, &r, 0, delay, &h), 0);
+    vfx f;
+    vfx_start(&f, 4, false, 0, delay, 0, takes);
     /* run 1 at T_START_NS, ends at +7: next at +17 */
-    cr_assert(t_requeued(&r.n, h, 1));
-    cr_assert_eq(atomic_load(&r.at[0]), T_START_NS);
-    cr_assert_eq(chime_task_remaining(h), delay);
+    cr_assert(t_requeued(&f.r.n, f.h, 1));
+    cr_assert_eq(atomic_load(&f.r.at[0]), T_START_NS);
+    cr_assert_eq(chime_task_remaining(f.h), delay);
 
-    t_clock_advance(&c, p, delay - 1);
-    cr_assert(t_stays(&r.n, 1), "ran before end + delay");
-    t_clock_advance(&c, p, 1);
-    cr_assert(t_requeued(&r.n, h, 2));
-    cr_assert_eq(atomic_load(&r.at[1]), T_START_NS + takes + delay);
-    cr_assert_eq(chime_task_remaining(h), delay);
+    t_clock_advance(&f.c, f.p, delay - 1);
+    cr_assert(t_stays(&f.r.n, 1), "ran before end + delay");
+    t_clock_advance(&f.c, f.p, 1);
+    cr_assert(t_requeued(&f.r.n, f.h, 2));
+    cr_assert_eq(atomic_load(&f.r.at[1]), T_START_NS + takes + delay);
+    cr_assert_eq(chime_task_remaining(f.h), delay);
 
     /* a late start shifts every later run (fixed delay, unlike fixed rate) */
-    t_clock_advance(&c, p, delay + 25 * CHIME_MSEC);
-    cr_assert(t_requeued(&r.n, h, 3));
+    t_clock_advance(&f.c, f.p, delay + 25 * CHIME_MSEC);
+    cr_assert(t_requeued(&f.r.n, f.h, 3));
     int64_t third = T_START_NS + 2 * (takes + delay) + 25 * CHIME_MSEC;
-    cr_assert_eq(atomic_load(&r.at[2]), third);
-    cr_assert_eq(chime_task_remaining(h), delay);
-    cr_assert(t_stays(&r.n, 3));
-    cr_assert_eq(atomic_load(&r.max_in_flight), 1);
+    cr_assert_eq(atomic_load(&f.r.at[2]), third);
+    cr_assert_eq(chime_task_remaining(f.h), delay);
+    cr_assert(t_stays(&f.r.n, 3));
+    cr_assert_eq(atomic_load(&f.r.max_in_flight), 1);
 
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    vfx_end(&f);
 }
 
 /* B17 */

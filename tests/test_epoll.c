@@ -22,15 +22,6 @@ TestSuite(epoll, .timeout = 10);
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* A binding whose loop thread is the test thread. */
-static chime_loop *
-loop_with(chime_pool *p, unsigned batch_limit)
-{
-    chime_loop *l = loop_new(p, batch_limit);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
-    return l;
-}
-
 static int
 epoll_for(chime_loop *l)
 {
@@ -113,7 +104,7 @@ Test(epoll, loop_callbacks_run_on_the_epoll_thread_only)
     const int expected = RELAYS + ONESHOTS + RATE_RUNS;
 
     chime_pool *p = pool_with(2);
-    chime_loop *l = loop_with(p, 4);
+    chime_loop *l = loop_here(p, 4);
     struct where w = {.loop_thread = pthread_self(), .loop = l};
     int epfd = epoll_for(l);
 
@@ -156,7 +147,7 @@ Test(epoll, fd_is_readable_exactly_while_work_is_ready)
 {
     t_clock clock;
     chime_pool *p = vpool(1, &clock);
-    chime_loop *l = loop_with(p, 0);
+    chime_loop *l = loop_here(p, 0);
     struct where w = {.loop_thread = pthread_self(), .loop = l};
 
     /* Quiet binding: not readable, and a dispatch finds nothing. */
@@ -220,7 +211,7 @@ Test(epoll, batch_limit_bounds_one_dispatch)
 {
     enum { N = 10, BATCH = 3 };
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_with(p, BATCH);
+    chime_loop *l = loop_here(p, BATCH);
     int epfd = epoll_for(l);
     order_log order;
     order_init(&order);

@@ -38,8 +38,7 @@ Test(loop, cancel_on_the_loop_thread_beats_a_task_already_ready)
 {
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
-    chime_loop *l = loop_new(p, 0);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 0);
     atomic_int na = 0, nb = 0;
     chime_task *a = NULL, *b = NULL;
     cr_assert_eq(chime_loop_schedule(l, t_count_fn, &na, 10 * MS, &a), 0);
@@ -69,8 +68,7 @@ Test(loop, rearm_on_the_loop_thread_moves_a_task_already_ready)
 {
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
-    chime_loop *l = loop_new(p, 0);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 0);
     atomic_int n = 0;
     chime_task *h = NULL;
     cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, 10 * MS, &h), 0);
@@ -120,8 +118,7 @@ Test(loop, cancel_and_rearm_from_a_callback_beat_tasks_later_in_the_batch)
 {
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
-    chime_loop *l = loop_new(p, 0);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 0);
     killer k;
     atomic_init(&k.cancel_rc, 1);
     atomic_init(&k.rearm_rc, 1);
@@ -162,8 +159,7 @@ Test(loop, rearm_to_now_queues_behind_tasks_already_due)
 {
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
-    chime_loop *l = loop_new(p, 0);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 0);
     order_log log;
     order_init(&log);
     chime_task *hx = NULL; /* the task with id 0 */
@@ -286,8 +282,7 @@ Test(loop, cancelled_loop_tasks_never_run_under_a_race_with_workers)
     long want = env_long("CHIME_TEST_RACE_ATTEMPTS", 100000);
     chime_pool *p = pool_with(2);
     cr_assert_geq(chime_pool_prestart_all(p), 0);
-    chime_loop *l = loop_new(p, 0);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 0);
     race *r = calloc(1, sizeof *r);
     cr_assert_not_null(r);
     r->loop = l;

@@ -30,19 +30,44 @@ static int marker;
 
 /* ---- close -------------------------------------------------------------- */
 
+/* A thread that waits FOREVER on each of n handles in turn and keeps the
+ * outcomes; the test bounds the whole wait (waiter_join). */
 typedef struct waiter {
-    chime_task *h;
-    atomic_int rc;
+    chime_task **h;
+    int n;
+    atomic_int outcomes[8];
     t_latch done;
+    pthread_t thread;
 } waiter;
 
 static void *
 waiter_main(void *arg)
 {
     waiter *w = arg;
-    atomic_store(&w->rc, chime_task_wait(w->h, CHIME_FOREVER, NULL));
+    for (int i = 0; i < w->n; i++)
+        atomic_store(&w->outcomes[i],
+                     chime_task_wait(w->h[i], CHIME_FOREVER, NULL));
     t_latch_count_down(&w->done);
     return NULL;
+}
+
+static void
+waiter_start(waiter *w, chime_task **h, int n)
+{
+    memset(w, 0, sizeof(*w));
+    w->h = h;
+    w->n = n;
+    t_latch_init(&w->done, 1);
+    cr_assert_eq(pthread_create(&w->thread, NULL, waiter_main, w), 0);
+}
+
+/* The waiter woke within T_LONG_NS; joins it. */
+static void
+waiter_join(waiter *w)
+{
+    cr_assert(t_latch_wait(&w->done, T_LONG_NS), "a waiter never woke");
+    cr_assert_eq(pthread_join(w->thread, NULL), 0);
+    t_latch_destroy(&w->done);
 }
 
 Test(loop, close_cancels_scheduled_and_ready_tasks_and_closes_the_fd)
@@ -66,11 +91,8 @@ Test(loop, close_cancels_scheduled_and_ready_tasks_and_closes_the_fd)
     cr_assert(T_WAIT_UNTIL(ready_of(l) == 3, T_LONG_NS));
     cr_assert_eq(stats_of(p).pending, 2);
 
-    waiter w = {.h = h[FAR_ONE]};
-    atomic_init(&w.rc, 1);
-    t_latch_init(&w.done, 1);
-    pthread_t wt;
-    cr_assert_eq(pthread_create(&wt, NULL, waiter_main, &w), 0);
+    waiter w;
+    waiter_start(&w, &h[FAR_ONE], 1);
 
     int fd = chime_loop_fd(l);
     cr_assert_eq(chime_loop_close(l), 0);
@@ -81,10 +103,8 @@ Test(loop, close_cancels_scheduled_and_ready_tasks_and_closes_the_fd)
                      "task %d", i);
         cr_assert_eq(chime_task_get_state(h[i]), CHIME_TASK_CANCELLED);
     }
-    cr_assert(t_latch_wait(&w.done, T_LONG_NS), "a waiter never woke");
-    cr_assert_eq(atomic_load(&w.rc), -ECANCELED);
-    cr_assert_eq(pthread_join(wt, NULL), 0);
-    t_latch_destroy(&w.done);
+    waiter_join(&w);
+    cr_assert_eq(atomic_load(&w.outcomes[0]), -ECANCELED);
     chime_pool_stats s = stats_of(p);
     cr_assert_eq(s.pending, 0);
     cr_assert_eq(s.cancelled, NH);
@@ -162,8 +182,7 @@ closer_fn(chime_task *self, void *arg, void **result)
 Test(loop, close_from_inside_a_callback_cancels_the_rest_and_rejects_new_work)
 {
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_new(p, 0);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 0);
     closer c = {.loop = l};
     atomic_init(&c.close_rc, 1);
     atomic_init(&c.post_rc, 1);
@@ -261,25 +280,6 @@ Test(loop, new_binding_on_a_shut_down_pool_is_eshutdown)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-/* Waits FOREVER on each handle in turn; the test bounds the whole wait. */
-typedef struct all_waiter {
-    chime_task **h;
-    int n;
-    atomic_int outcomes[8];
-    t_latch done;
-} all_waiter;
-
-static void *
-all_waiter_main(void *arg)
-{
-    all_waiter *w = arg;
-    for (int i = 0; i < w->n; i++)
-        atomic_store(&w->outcomes[i],
-                     chime_task_wait(w->h[i], CHIME_FOREVER, NULL));
-    t_latch_count_down(&w->done);
-    return NULL;
-}
-
 Test(loop, pool_shutdown_runs_queued_loop_tasks_and_rejects_new_ones)
 {
     t_clock clk;
@@ -302,10 +302,8 @@ Test(loop, pool_shutdown_runs_queued_loop_tasks_and_rejects_new_ones)
     cr_assert_eq(chime_loop_post(l, t_count_fn, &n_post, &h[POSTED]), 0);
     cr_assert(T_WAIT_UNTIL(ready_of(l) == 1, T_LONG_NS));
 
-    all_waiter w = {.h = h, .n = NH};
-    t_latch_init(&w.done, 1);
-    pthread_t wt;
-    cr_assert_eq(pthread_create(&wt, NULL, all_waiter_main, &w), 0);
+    waiter w;
+    waiter_start(&w, h, NH);
 
     cr_assert_eq(chime_pool_shutdown(p), 0);
     chime_task *x = (chime_task *)&marker;
@@ -327,8 +325,7 @@ Test(loop, pool_shutdown_runs_queued_loop_tasks_and_rejects_new_ones)
     t_clock_advance(&clk, p, 10 * MS);
     cr_assert_eq(chime_task_wait(h[DUE], T_LONG_NS, NULL), 0,
                  "a delayed loop task did not run after shutdown");
-    cr_assert(t_latch_wait(&w.done, T_LONG_NS), "a waiter never woke");
-    cr_assert_eq(pthread_join(wt, NULL), 0);
+    waiter_join(&w);
     cr_assert_eq(atomic_load(&w.outcomes[DUE]), 0);
     cr_assert_eq(atomic_load(&w.outcomes[PERIODIC]), -ECANCELED);
     cr_assert_eq(atomic_load(&w.outcomes[POSTED]), 0);
@@ -342,7 +339,6 @@ Test(loop, pool_shutdown_runs_queued_loop_tasks_and_rejects_new_ones)
     cr_assert_eq(atomic_load(&n_per), 0);
     cr_assert_eq(atomic_load(&n_late), 0);
     t_release_all(h, NH);
-    t_latch_destroy(&w.done);
     t_gate_destroy(&b);
 }
 
@@ -358,8 +354,7 @@ typedef struct snow {
     atomic_int n;
     chime_task *hb;
     chime_task *h[4]; /* POST1, POST2, DELAYED, PERIODIC */
-    all_waiter w;
-    pthread_t wt;
+    waiter w;
     chime_task **got;
     size_t count;
 } snow;
@@ -387,9 +382,7 @@ snow_setup(snow *s)
                                                    &s->h[SN_PERIODIC]),
                  0);
     cr_assert(T_WAIT_UNTIL(ready_of(s->l) == 2, T_LONG_NS));
-    s->w = (all_waiter){.h = s->h, .n = SN_NH};
-    t_latch_init(&s->w.done, 1);
-    cr_assert_eq(pthread_create(&s->wt, NULL, all_waiter_main, &s->w), 0);
+    waiter_start(&s->w, s->h, SN_NH);
     cr_assert_eq(chime_pool_shutdown_now(s->p, &s->got, &s->count), 0);
 }
 
@@ -398,22 +391,16 @@ snow_teardown(snow *s)
 {
     t_latch_count_down(&s->b.open);
     cr_assert(T_WAIT_UNTIL(chime_task_is_done(s->hb), T_LONG_NS));
-    cr_assert(t_latch_wait(&s->w.done, T_LONG_NS),
-              "a waiter on a loop task never woke");
-    cr_assert_eq(pthread_join(s->wt, NULL), 0);
+    waiter_join(&s->w);
     t_clock_advance(&s->clk, s->p, 20 * MS);
     cr_assert_eq(chime_pool_await_termination(s->p, T_LONG_NS), 0);
     runner_stop(&s->r);
     cr_assert_eq(chime_loop_close(s->l), 0);
     cr_assert_eq(chime_pool_destroy(s->p), 0);
     cr_assert_eq(atomic_load(&s->n), 0, "a cancelled loop task ran");
-    for (size_t j = 0; j < s->count; j++)
-        chime_task_release(s->got[j]);
-    free(s->got);
-    for (int i = 0; i < SN_NH; i++)
-        chime_task_release(s->h[i]);
+    t_release_list(s->got, s->count);
+    t_release_all(s->h, SN_NH);
     chime_task_release(s->hb);
-    t_latch_destroy(&s->w.done);
     t_gate_destroy(&s->b);
 }
 

@@ -51,8 +51,7 @@ Test(loop, due_tasks_run_in_deadline_then_submission_order)
     t_clock clk;
     chime_pool *p = vpool(2, &clk);
     cr_assert_geq(chime_pool_prestart_all(p), 0);
-    chime_loop *l = loop_new(p, 64);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 64);
 
     for (int round = 0; round < 20; round++) {
         order_log log;
@@ -101,8 +100,7 @@ Test(loop, posts_run_in_post_order_after_tasks_already_ready)
 {
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
-    chime_loop *l = loop_new(p, 64);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 64);
     enum { DUE = 3, POSTS = 200 };
     static order_log log;
     order_init(&log);
@@ -127,8 +125,7 @@ Test(loop, fd_is_readable_exactly_while_work_is_ready)
 {
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
-    chime_loop *l = loop_new(p, 0);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 0);
     atomic_int n = 0;
 
     cr_assert_not(readable(l), "a fresh binding is readable");
@@ -167,8 +164,7 @@ Test(loop, fd_is_readable_exactly_while_work_is_ready)
 Test(loop, batch_limit_bounds_one_dispatch_and_the_fd_stays_readable)
 {
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_new(p, 4);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 4);
     atomic_int n = 0;
     for (int i = 0; i < 10; i++)
         cr_assert_eq(chime_loop_post(l, t_count_fn, &n, NULL), 0);
@@ -195,8 +191,7 @@ Test(loop, batch_limit_bounds_one_dispatch_and_the_fd_stays_readable)
 Test(loop, fd_is_quiet_after_a_full_batch_that_empties_the_queue)
 {
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_new(p, 4);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 4);
     atomic_int n = 0;
     for (int i = 0; i < 4; i++)
         cr_assert_eq(chime_loop_post(l, t_count_fn, &n, NULL), 0);
@@ -239,8 +234,7 @@ Test(loop, default_batch_limit_is_64)
 Test(loop, wakeups_coalesce_while_the_binding_is_signalled)
 {
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_new(p, 0);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 0);
     atomic_int n = 0;
     chime_loop_stats s = lstats(l);
     cr_assert_eq(s.wakeups, 0);
@@ -383,8 +377,7 @@ Test(loop, fixed_rate_loop_task_keeps_its_schedule_on_the_virtual_clock)
 {
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
-    chime_loop *l = loop_new(p, 0);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 0);
     vrec t;
     vrec_init(&t, p, &clk);
     chime_task *h = NULL;
@@ -430,8 +423,7 @@ Test(loop, fixed_delay_loop_task_counts_from_the_end_of_its_run)
 {
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
-    chime_loop *l = loop_new(p, 0);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 0);
     vrec t;
     vrec_init(&t, p, &clk);
     t.each_takes = 3 * MS;

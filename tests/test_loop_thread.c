@@ -295,8 +295,7 @@ Test(loop, null_and_bad_arguments_are_einval)
 Test(loop, a_loop_callbacks_outcome_reaches_its_handle)
 {
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_new(p, 0);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 0);
     int cause = -EIO;
     chime_task *ok = NULL, *bad = NULL;
     cr_assert_eq(chime_loop_post(l, t_value_fn, &marker, &ok), 0);
@@ -322,8 +321,7 @@ Test(loop, calls_on_inherited_objects_in_a_forked_child_are_echild)
 {
     chime_pool *p = pool_with(2);
     cr_assert_geq(chime_pool_prestart_all(p), 0);
-    chime_loop *l = loop_new(p, 0);
-    cr_assert_eq(chime_loop_set_thread(l), 0);
+    chime_loop *l = loop_here(p, 0);
     atomic_int n = 0;
     chime_task *far = NULL;
     cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, T_FAR_NS, &far), 0);
