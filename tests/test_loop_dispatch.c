@@ -161,23 +161,38 @@ Test(loop, fd_is_readable_exactly_while_work_is_ready)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
+/* On l's loop thread: posts n callbacks counting in *ran, waits until all
+ * are ready, then dispatches `batches` times, running want[b] callbacks
+ * each time; the fd is readable exactly while work remains. */
+static void
+post_and_dispatch(chime_loop *l, atomic_int *ran, int n, const int *want,
+                  int batches)
+{
+    int base = atomic_load(ran);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(chime_loop_post(l, t_count_fn, ran, NULL), 0);
+    cr_assert(T_WAIT_UNTIL(ready_of(l) == (size_t)n, T_LONG_NS));
+    int left = n;
+    for (int b = 0; b < batches; b++) {
+        cr_assert_eq(chime_loop_dispatch(l), want[b], "dispatch %d", b);
+        left -= want[b];
+        cr_assert_eq(atomic_load(ran) - base, n - left);
+        cr_assert_eq(lstats(l).ready, (size_t)left);
+        if (left > 0)
+            cr_assert(readable(l), "work remains but the fd is quiet");
+        else
+            cr_assert_not(readable(l),
+                          "nothing is ready after the batch that emptied "
+                          "the queue, but the fd is still readable");
+    }
+}
+
 Test(loop, batch_limit_bounds_one_dispatch_and_the_fd_stays_readable)
 {
     chime_pool *p = pool_with(1);
     chime_loop *l = loop_here(p, 4);
     atomic_int n = 0;
-    for (int i = 0; i < 10; i++)
-        cr_assert_eq(chime_loop_post(l, t_count_fn, &n, NULL), 0);
-    cr_assert(T_WAIT_UNTIL(ready_of(l) == 10, T_LONG_NS));
-    cr_assert_eq(chime_loop_dispatch(l), 4);
-    cr_assert_eq(atomic_load(&n), 4);
-    cr_assert(readable(l), "work remains but the fd is quiet");
-    cr_assert_eq(lstats(l).ready, 6);
-    cr_assert_eq(chime_loop_dispatch(l), 4);
-    cr_assert(readable(l), "work remains but the fd is quiet");
-    cr_assert_eq(lstats(l).ready, 2);
-    cr_assert_eq(chime_loop_dispatch(l), 2);
-    cr_assert_not(readable(l));
+    post_and_dispatch(l, &n, 10, (const int[]){4, 4, 2}, 3);
     cr_assert_eq(chime_loop_dispatch(l), 0);
     chime_loop_stats s = lstats(l);
     cr_assert_eq(atomic_load(&n), 10);
@@ -193,14 +208,7 @@ Test(loop, fd_is_quiet_after_a_full_batch_that_empties_the_queue)
     chime_pool *p = pool_with(1);
     chime_loop *l = loop_here(p, 4);
     atomic_int n = 0;
-    for (int i = 0; i < 4; i++)
-        cr_assert_eq(chime_loop_post(l, t_count_fn, &n, NULL), 0);
-    cr_assert(T_WAIT_UNTIL(ready_of(l) == 4, T_LONG_NS));
-    cr_assert_eq(chime_loop_dispatch(l), 4);
-    cr_assert_eq(lstats(l).ready, 0);
-    cr_assert_not(readable(l),
-                  "nothing is ready after a batch of exactly batch_limit, "
-                  "but the fd is still readable");
+    post_and_dispatch(l, &n, 4, (const int[]){4}, 1);
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
@@ -215,18 +223,10 @@ Test(loop, default_batch_limit_is_64)
     cr_assert_eq(chime_loop_new(p, NULL, &with_null), 0);
     chime_loop *ls[2] = {with_defaults, with_null};
     for (int k = 0; k < 2; k++) {
-        chime_loop *l = ls[k];
         atomic_int n = 0;
-        cr_assert_eq(chime_loop_set_thread(l), 0);
-        for (int i = 0; i < 100; i++)
-            cr_assert_eq(chime_loop_post(l, t_count_fn, &n, NULL), 0);
-        cr_assert(T_WAIT_UNTIL(ready_of(l) == 100, T_LONG_NS));
-        cr_assert_eq(chime_loop_dispatch(l), 64);
-        cr_assert(readable(l));
-        cr_assert_eq(chime_loop_dispatch(l), 36);
-        cr_assert_not(readable(l));
-        cr_assert_eq(atomic_load(&n), 100);
-        cr_assert_eq(chime_loop_close(l), 0);
+        cr_assert_eq(chime_loop_set_thread(ls[k]), 0);
+        post_and_dispatch(ls[k], &n, 100, (const int[]){64, 36}, 2);
+        cr_assert_eq(chime_loop_close(ls[k]), 0);
     }
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
