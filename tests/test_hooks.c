@@ -178,14 +178,25 @@ recorded_pool(rec *r, chime_pool_options *o, const t_hooks *h)
     return p;
 }
 
-/* A pool of `threads` workers with every hook of r. */
+/* Initialises r (its latches count `afters` and `errors` calls) and makes
+ * a pool of `threads` workers with every hook of r. */
 static chime_pool *
-hooked_pool(rec *r, unsigned threads)
+hooked_pool(rec *r, unsigned threads, int afters, int errors)
 {
     static const t_hooks all = {h_thread_start, h_thread_stop, h_terminated,
                                 h_before,       h_after,       h_error};
+    rec_init(r, afters, errors);
     chime_pool_options o = t_options(threads);
     return recorded_pool(r, &o, &all);
+}
+
+/* Destroys a pool of r's; no hook saw another pool or another ctx. */
+static void
+hooked_destroy(rec *r, chime_pool *p)
+{
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    cr_assert_eq(atomic_load(&r->bad_pool), 0);
+    cr_assert_eq(atomic_load(&r->bad_ctx), 0);
 }
 
 /* A body that records where and when it ran (EV_BODY) and returns r. */
@@ -207,8 +218,7 @@ static int eproto = -EPROTO;
 Test(hooks, before_and_after_run_wrap_each_run_on_its_worker)
 {
     rec r;
-    rec_init(&r, 1, 1);
-    chime_pool *p = hooked_pool(&r, 1);
+    chime_pool *p = hooked_pool(&r, 1, 1, 1);
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, body_fn, &r, 0, &h), 0);
     void *res = NULL;
@@ -232,9 +242,7 @@ Test(hooks, before_and_after_run_wrap_each_run_on_its_worker)
     cr_assert_eq(atomic_load(&r.n[EV_ERROR]), 0, "success is not an error");
 
     chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&r.bad_pool), 0);
-    cr_assert_eq(atomic_load(&r.bad_ctx), 0);
+    hooked_destroy(&r, p);
     rec_destroy(&r);
 }
 
@@ -279,8 +287,7 @@ Test(hooks, hooks_see_every_execution_of_every_task_kind)
     chime_task_release(one);
     chime_task_release(rate);
     chime_task_release(fixed);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&r.bad_pool), 0);
+    hooked_destroy(&r, p);
     rec_destroy(&r);
 }
 
@@ -288,8 +295,7 @@ Test(hooks, hooks_see_every_execution_of_every_task_kind)
 Test(hooks, terminated_runs_once_before_await_termination_returns)
 {
     rec r;
-    rec_init(&r, 1, 0);
-    chime_pool *p = hooked_pool(&r, 2);
+    chime_pool *p = hooked_pool(&r, 2, 1, 0);
     cr_assert_eq(chime_pool_prestart_all(p), 2);
     cr_assert_eq(chime_pool_execute(p, body_fn, &r), 0);
     cr_assert(t_latch_wait(&r.after_latch, T_LONG_NS));
@@ -310,9 +316,8 @@ Test(hooks, terminated_runs_once_before_await_termination_returns)
               "the last worker to exit completes termination");
     pthread_mutex_unlock(&r.mu);
 
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    hooked_destroy(&r, p);
     cr_assert_eq(atomic_load(&r.terminated), 1, "destroy does not rerun it");
-    cr_assert_eq(atomic_load(&r.bad_pool), 0);
     rec_destroy(&r);
 }
 
@@ -320,8 +325,7 @@ Test(hooks, terminated_runs_once_before_await_termination_returns)
 Test(hooks, terminated_runs_on_the_shutdown_caller_of_a_workerless_pool)
 {
     rec r;
-    rec_init(&r, 0, 0);
-    chime_pool *p = hooked_pool(&r, 2);
+    chime_pool *p = hooked_pool(&r, 2, 0, 0);
     cr_assert_eq(chime_pool_shutdown(p), 0);
     cr_assert_eq(atomic_load(&r.terminated), 1);
     cr_assert(chime_pool_is_terminated(p));
@@ -329,7 +333,7 @@ Test(hooks, terminated_runs_on_the_shutdown_caller_of_a_workerless_pool)
     cr_assert(pthread_equal(r.term_thr, pthread_self()));
     pthread_mutex_unlock(&r.mu);
     cr_assert_eq(chime_pool_await_termination(p, 0), 0);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    hooked_destroy(&r, p);
     cr_assert_eq(atomic_load(&r.terminated), 1);
     cr_assert_eq(atomic_load(&r.threads[TH_START]), 0);
     rec_destroy(&r);
@@ -339,11 +343,10 @@ Test(hooks, terminated_runs_on_the_shutdown_caller_of_a_workerless_pool)
 Test(hooks, destroy_runs_terminated_once)
 {
     rec r;
-    rec_init(&r, 0, 0);
-    chime_pool *p = hooked_pool(&r, 1);
+    chime_pool *p = hooked_pool(&r, 1, 0, 0);
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, body_fn, &r, 3600 * CHIME_SEC, &h), 0);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    hooked_destroy(&r, p);
     cr_assert_eq(atomic_load(&r.terminated), 1);
     cr_assert_eq(atomic_load(&r.n[EV_BODY]), 0);
     cr_assert_eq(atomic_load(&r.n[EV_BEFORE]), 0,
@@ -358,8 +361,7 @@ Test(hooks, destroy_runs_terminated_once)
 Test(hooks, thread_start_and_stop_run_once_per_worker_on_that_worker)
 {
     rec r;
-    rec_init(&r, 1, 0);
-    chime_pool *p = hooked_pool(&r, 3);
+    chime_pool *p = hooked_pool(&r, 3, 1, 0);
     cr_assert_eq(chime_pool_prestart_all(p), 3);
     cr_assert(T_WAIT_UNTIL(atomic_load(&r.threads[TH_START]) == 3, T_LONG_NS));
     cr_assert_eq(chime_pool_execute(p, body_fn, &r), 0);
@@ -389,9 +391,8 @@ Test(hooks, thread_start_and_stop_run_once_per_worker_on_that_worker)
             cr_assert(!pthread_equal(r.thr[TH_STOP][i], r.thr[TH_STOP][j]));
     }
     pthread_mutex_unlock(&r.mu);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    hooked_destroy(&r, p);
     cr_assert_eq(atomic_load(&r.threads[TH_STOP]), 3);
-    cr_assert_eq(atomic_load(&r.bad_pool), 0);
     rec_destroy(&r);
 }
 
@@ -399,14 +400,13 @@ Test(hooks, thread_start_and_stop_run_once_per_worker_on_that_worker)
 Test(hooks, thread_stop_runs_for_a_surplus_worker)
 {
     rec r;
-    rec_init(&r, 0, 0);
-    chime_pool *p = hooked_pool(&r, 2);
+    chime_pool *p = hooked_pool(&r, 2, 0, 0);
     cr_assert_eq(chime_pool_prestart_all(p), 2);
     cr_assert(T_WAIT_UNTIL(atomic_load(&r.threads[TH_START]) == 2, T_LONG_NS));
     cr_assert_eq(chime_pool_set_threads(p, 1), 0);
     cr_assert(T_WAIT_UNTIL(atomic_load(&r.threads[TH_STOP]) == 1, T_LONG_NS));
     cr_assert_eq(atomic_load(&r.terminated), 0);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    hooked_destroy(&r, p);
     cr_assert_eq(atomic_load(&r.threads[TH_STOP]), 2);
     rec_destroy(&r);
 }
@@ -416,8 +416,7 @@ Test(hooks, thread_stop_runs_for_a_surplus_worker)
 Test(hooks, failing_execute_task_reaches_after_run_and_on_error)
 {
     rec r;
-    rec_init(&r, 1, 1);
-    chime_pool *p = hooked_pool(&r, 1);
+    chime_pool *p = hooked_pool(&r, 1, 1, 1);
     cr_assert_eq(chime_pool_execute(p, t_fail_fn, &eproto), 0);
     cr_assert(t_latch_wait(&r.error_latch, T_LONG_NS));
     cr_assert(t_latch_wait(&r.after_latch, T_LONG_NS));
@@ -450,7 +449,7 @@ Test(hooks, failing_execute_task_reaches_after_run_and_on_error)
     cr_assert(t_latch_wait(&done, T_LONG_NS));
     cr_assert_eq(atomic_load(&r.n[EV_ERROR]), 1);
     cr_assert_eq(atomic_load(&r.threads[TH_START]), 1);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    hooked_destroy(&r, p);
     t_latch_destroy(&done);
     rec_destroy(&r);
 }
@@ -460,8 +459,7 @@ Test(hooks, failing_execute_task_reaches_after_run_and_on_error)
 Test(hooks, failing_task_cause_reaches_handle_and_hooks)
 {
     rec r;
-    rec_init(&r, 1, 1);
-    chime_pool *p = hooked_pool(&r, 1);
+    chime_pool *p = hooked_pool(&r, 1, 1, 1);
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_fail_fn, &eproto, 0, &h), 0);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), CHIME_EFAILED);
@@ -472,7 +470,7 @@ Test(hooks, failing_task_cause_reaches_handle_and_hooks)
     cr_assert_eq(r.last[EV_ERROR].err, -EPROTO);
     pthread_mutex_unlock(&r.mu);
     chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    hooked_destroy(&r, p);
     rec_destroy(&r);
 }
 
@@ -523,7 +521,7 @@ Test(hooks, periodic_failure_reaches_on_error_once)
     pthread_mutex_unlock(&r.mu);
 
     chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    hooked_destroy(&r, p);
     rec_destroy(&r);
 }
 
