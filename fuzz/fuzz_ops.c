@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* libFuzzer target: the input bytes are an operation sequence (pool
- * configuration, then operations; see tests/model_gen.h) run
+ * configuration, then operations; see part 2 of tests/model.c) run
  * against a one-worker pool on a virtual clock and against the reference
- * model of tests/model.h, the same pair test_model drives. Any divergence
+ * model of tests/model.c, the same pair test_model drives. Any divergence
  * prints the operations so far and aborts, which libFuzzer records as a
  * crash; ASan, UBSan and LeakSanitizer (each input creates and destroys
  * its own pool) report the rest.
@@ -14,7 +14,7 @@
  * Build and run: scripts/fuzz.sh [seconds]. Replay one input:
  *   CHIME_MODEL_TRACE=1 build-fuzz/fuzz_ops crash-<sha1>
  */
-#include "model_run.h"
+#include "model.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -3,7 +3,7 @@
 """Writes the seed corpus of fuzz/fuzz_ops into fuzz/corpus/.
 
 Each file is a short, meaningful operation sequence, encoded the way
-m_gen_config() and m_gen_step() in tests/model_gen.h decode bytes. The
+m_gen_config() and m_gen_step() in tests/model.c decode bytes. The
 files are committed; run this again only to regenerate them after changing
 the decoder (libFuzzer accepts any bytes, so an outdated corpus still works,
 it is just less pointed). Check a file with:
@@ -12,7 +12,7 @@ it is just less pointed). Check a file with:
 import os
 import sys
 
-# Indexes into the decoder's tables (tests/model_gen.h).
+# Indexes into the decoder's tables (tests/model.c).
 D = {"0": 0, "1ns": 2, "0.5ms": 3, "1ms": 4, "2ms": 6, "3ms": 7, "4ms": 8,
      "5ms": 9, "8ms": 10, "13ms": 11, "-1": 12, "MIN": 13, "MAX": 14,
      "MAX-1": 15}

@@ -36,13 +36,14 @@ mkdir -p "$dir"
 bin="$dir/fuzz_ops"
 
 echo "=================== $bin: build ==================="
-# Every chime source plus the target, instrumented as one program. No
-# -DNDEBUG: CHIME_ASSERT and assert() stay on (fuzz_ops.c refuses NDEBUG).
+# Every chime source, the model (tests/model.c, the one test_model links)
+# and the target, instrumented as one program. No -DNDEBUG: CHIME_ASSERT
+# and assert() stay on (fuzz_ops.c refuses NDEBUG).
 if ! clang -std=gnu11 -g -O1 -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -Wall -Wextra -Werror -UNDEBUG \
     -Iinclude -Isrc -Itests \
-    src/*.c fuzz/fuzz_ops.c -o "$bin" -pthread; then
+    src/*.c tests/model.c fuzz/fuzz_ops.c -o "$bin" -pthread; then
     echo "fuzz: FAILED to build"
     exit 1
 fi

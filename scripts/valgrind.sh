@@ -63,9 +63,9 @@ fi
 # Sizes for the heavy tests: valgrind runs code 20-50x slower (helgrind
 # more), and these tests are about volume, which the native, ASan and TSan
 # runs already have. Each knob is read by the test named beside it.
-export CHIME_TEST_RACE_ATTEMPTS=${CHIME_TEST_RACE_ATTEMPTS:-500} # test_loop
-export CHIME_TEST_POSTS=${CHIME_TEST_POSTS:-5000}                # test_loop
-export CHIME_TEST_CLOSE_ROUNDS=${CHIME_TEST_CLOSE_ROUNDS:-20}     # test_loop
+export CHIME_TEST_RACE_ATTEMPTS=${CHIME_TEST_RACE_ATTEMPTS:-500} # test_loop_cancel
+export CHIME_TEST_POSTS=${CHIME_TEST_POSTS:-5000}                # test_loop_dispatch
+export CHIME_TEST_CLOSE_ROUNDS=${CHIME_TEST_CLOSE_ROUNDS:-20}     # test_loop_cancel
 export CHIME_MODEL_SEQS=${CHIME_MODEL_SEQS:-4}                   # test_model
 # test_faults: fail each allocation site once per call that reaches it
 # instead of every allocation in turn.
@@ -76,7 +76,7 @@ export CHIME_TEST_FAULT_PER_SITE=${CHIME_TEST_FAULT_PER_SITE:-1}
 # reason concrete.
 exclusions=(
     "helgrind test_heap heap/grows_from_zero_to_100k_and_pops_in_order single-threaded (helgrind has nothing to check) and fixed at 100k pushes: over its 10 s suite timeout under helgrind; memcheck runs it"
-    "any test_loop loop/cancel_and_rearm_from_other_threads_racing_with_close_are_safe its hammer threads spin on the pool lock without ever blocking, and valgrind's one-thread-at-a-time scheduler starves the closing thread past the 20 s suite timeout even at 20 rounds (0.07 s natively); it is a use-after-free race test, which the native, ASan and TSan builds run in full"
+    "any test_loop_cancel loop/cancel_and_rearm_from_other_threads_racing_with_close_are_safe its hammer threads spin on the pool lock without ever blocking, and valgrind's one-thread-at-a-time scheduler starves the closing thread past the 20 s suite timeout even at 20 rounds (0.07 s natively); it is a use-after-free race test, which the native, ASan and TSan builds run in full"
 )
 
 filter_for() { # tool exe -> a Criterion --filter excluding its tests, or ""

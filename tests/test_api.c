@@ -10,17 +10,6 @@
 
 TestSuite(api, .timeout = 10);
 
-static chime_pool *
-pool_with(unsigned threads)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    return p;
-}
-
 /* B13/B14 and the NULL matrix of every pool and task function. */
 Test(api, null_and_out_of_range_arguments_get_einval)
 {
@@ -37,12 +26,12 @@ Test(api, null_and_out_of_range_arguments_get_einval)
                  -EINVAL);
     cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, NULL, NULL, 0, 1, &h),
                  -EINVAL);
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, NULL, 0, 0,
-                                                   &h),
-                 -EINVAL);
-    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, t_count_fn, NULL, 0,
-                                                      -1, &h),
-                 -EINVAL);
+    cr_assert_eq(
+        chime_pool_schedule_at_fixed_rate(p, t_count_fn, NULL, 0, 0, &h),
+        -EINVAL);
+    cr_assert_eq(
+        chime_pool_schedule_with_fixed_delay(p, t_count_fn, NULL, 0, -1, &h),
+        -EINVAL);
     cr_assert_eq(chime_pool_shutdown(NULL), -EINVAL);
     cr_assert_eq(chime_pool_shutdown_now(NULL, NULL, NULL), -EINVAL);
     chime_task **arr = NULL;

@@ -26,91 +26,23 @@
 
 TestSuite(badinput, .timeout = 30);
 
-/* A far deadline on the real clock. */
-#define FAR_NS (3600 * CHIME_SEC)
 /* In-child result for a call that never returned. */
 #define BLOCKS_FOREVER 0x7eadbeefL
 
+/* A one-worker pool with this rejection policy. */
 static chime_pool *
-pool_opts(unsigned threads, chime_reject_policy policy)
+policy_pool(chime_reject_policy policy)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
+    chime_pool_options o = t_options(1);
     o.reject_policy = policy;
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    return p;
-}
-
-static chime_pool *
-pool_with(unsigned threads)
-{
-    return pool_opts(threads, CHIME_REJECT_ABORT);
-}
-
-static chime_loop *
-loop_on(chime_pool *p)
-{
-    chime_loop *l = NULL;
-    cr_assert_eq(chime_loop_new(p, NULL, &l), 0);
-    return l;
-}
-
-static chime_pool_stats
-pstats(chime_pool *p)
-{
-    chime_pool_stats st;
-    cr_assert_eq(chime_pool_get_stats(p, &st), 0);
-    return st;
-}
-
-static size_t
-ready_of(chime_loop *l)
-{
-    chime_loop_stats st;
-    cr_assert_eq(chime_loop_get_stats(l, &st), 0);
-    return st.ready;
-}
-
-static int
-noop_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)arg;
-    (void)result;
-    return 0;
+    return pool_opts(&o);
 }
 
 /* A bogus non-NULL value to see that *out is cleared. */
 static int marker;
 #define MARK ((void *)&marker)
 
-/* ---- running a call on another thread / in a child process ------------- */
-
-typedef struct on_thread {
-    int (*fn)(void *);
-    void *arg;
-    int rc;
-} on_thread;
-
-static void *
-on_thread_main(void *arg)
-{
-    on_thread *t = arg;
-    t->rc = t->fn(t->arg);
-    return NULL;
-}
-
-static int
-run_on_thread(int (*fn)(void *), void *arg)
-{
-    on_thread t = {fn, arg, 0};
-    pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, on_thread_main, &t), 0);
-    pthread_join(th, NULL);
-    return t.rc;
-}
+/* ---- running a call in a child process --------------------------------- */
 
 /* Runs fn in a fork child; child_result() returns what it returned, or
  * BLOCKS_FOREVER if it had not returned before `deadline` (chime_now_ns();
@@ -220,7 +152,7 @@ Test(badinput, null_pool_arguments)
     BAD("chime_pool_now", "pool NULL", chime_pool_now(NULL), 0);
 
     BAD("chime_pool_schedule", "pool NULL",
-        chime_pool_schedule(NULL, noop_fn, NULL, 0, &h), -EINVAL);
+        chime_pool_schedule(NULL, t_noop_fn, NULL, 0, &h), -EINVAL);
     BADP("chime_pool_schedule", "*out after a refused call", h, NULL);
     h = MARK;
     BAD("chime_pool_schedule", "fn NULL",
@@ -228,7 +160,7 @@ Test(badinput, null_pool_arguments)
     BADP("chime_pool_schedule", "*out after fn NULL", h, NULL);
     h = MARK;
     BAD("chime_pool_schedule_at_fixed_rate", "pool NULL",
-        chime_pool_schedule_at_fixed_rate(NULL, noop_fn, NULL, 0, 1, &h),
+        chime_pool_schedule_at_fixed_rate(NULL, t_noop_fn, NULL, 0, 1, &h),
         -EINVAL);
     BADP("chime_pool_schedule_at_fixed_rate", "*out after a refused call", h,
          NULL);
@@ -236,7 +168,7 @@ Test(badinput, null_pool_arguments)
         chime_pool_schedule_at_fixed_rate(p, NULL, NULL, 0, 1, NULL), -EINVAL);
     h = MARK;
     BAD("chime_pool_schedule_with_fixed_delay", "pool NULL",
-        chime_pool_schedule_with_fixed_delay(NULL, noop_fn, NULL, 0, 1, &h),
+        chime_pool_schedule_with_fixed_delay(NULL, t_noop_fn, NULL, 0, 1, &h),
         -EINVAL);
     BADP("chime_pool_schedule_with_fixed_delay", "*out after a refused call", h,
          NULL);
@@ -244,11 +176,11 @@ Test(badinput, null_pool_arguments)
         chime_pool_schedule_with_fixed_delay(p, NULL, NULL, 0, 1, NULL),
         -EINVAL);
     BAD("chime_pool_execute", "pool NULL",
-        chime_pool_execute(NULL, noop_fn, NULL), -EINVAL);
+        chime_pool_execute(NULL, t_noop_fn, NULL), -EINVAL);
     BAD("chime_pool_execute", "fn NULL", chime_pool_execute(p, NULL, NULL),
         -EINVAL);
 
-    cr_assert_eq(chime_pool_schedule(p, noop_fn, NULL, FAR_NS, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, T_FAR_NS, &h), 0);
     BAD("chime_pool_remove", "pool NULL", chime_pool_remove(NULL, h), -EINVAL);
     BAD("chime_pool_remove", "task NULL", chime_pool_remove(p, NULL), -EINVAL);
     BAD("chime_pool_contains", "pool NULL", chime_pool_contains(NULL, h),
@@ -262,7 +194,7 @@ Test(badinput, null_pool_arguments)
     BAD("chime_pool_get_stats", "out NULL", chime_pool_get_stats(p, NULL),
         -EINVAL);
 
-    st = pstats(p);
+    st = stats_of(p);
     cr_assert_eq(st.pending, 1, "only the one real task is queued");
     cr_assert_eq(st.submitted, 1);
     cr_assert_eq(chime_task_release(h), 0);
@@ -313,7 +245,7 @@ Test(badinput, null_loop_arguments)
         -EINVAL);
     BAD("chime_loop_dispatch", "loop NULL", chime_loop_dispatch(NULL), -EINVAL);
     BAD("chime_loop_post", "loop NULL",
-        chime_loop_post(NULL, noop_fn, NULL, &h), -EINVAL);
+        chime_loop_post(NULL, t_noop_fn, NULL, &h), -EINVAL);
     BADP("chime_loop_post", "*out after loop NULL", h, NULL);
     h = MARK;
     BAD("chime_loop_post", "fn NULL", chime_loop_post(l, NULL, NULL, &h),
@@ -321,19 +253,19 @@ Test(badinput, null_loop_arguments)
     BADP("chime_loop_post", "*out after fn NULL", h, NULL);
     h = MARK;
     BAD("chime_loop_schedule", "loop NULL",
-        chime_loop_schedule(NULL, noop_fn, NULL, 0, &h), -EINVAL);
+        chime_loop_schedule(NULL, t_noop_fn, NULL, 0, &h), -EINVAL);
     BADP("chime_loop_schedule", "*out after loop NULL", h, NULL);
     h = MARK;
     BAD("chime_loop_schedule", "fn NULL",
         chime_loop_schedule(l, NULL, NULL, 0, &h), -EINVAL);
     BADP("chime_loop_schedule", "*out after fn NULL", h, NULL);
     BAD("chime_loop_schedule_at_fixed_rate", "loop NULL",
-        chime_loop_schedule_at_fixed_rate(NULL, noop_fn, NULL, 0, 1, NULL),
+        chime_loop_schedule_at_fixed_rate(NULL, t_noop_fn, NULL, 0, 1, NULL),
         -EINVAL);
     BAD("chime_loop_schedule_at_fixed_rate", "fn NULL",
         chime_loop_schedule_at_fixed_rate(l, NULL, NULL, 0, 1, NULL), -EINVAL);
     BAD("chime_loop_schedule_with_fixed_delay", "loop NULL",
-        chime_loop_schedule_with_fixed_delay(NULL, noop_fn, NULL, 0, 1, NULL),
+        chime_loop_schedule_with_fixed_delay(NULL, t_noop_fn, NULL, 0, 1, NULL),
         -EINVAL);
     BAD("chime_loop_schedule_with_fixed_delay", "fn NULL",
         chime_loop_schedule_with_fixed_delay(l, NULL, NULL, 0, 1, NULL),
@@ -345,7 +277,7 @@ Test(badinput, null_loop_arguments)
     BAD("chime_loop_close", "loop NULL (no-op)", chime_loop_close(NULL), 0);
 
     cr_assert_eq(ready_of(l), 0, "a refused call queued something");
-    cr_assert_eq(pstats(p).pending, 0);
+    cr_assert_eq(stats_of(p).pending, 0);
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
@@ -388,7 +320,7 @@ Test(badinput, out_of_range_pool_options)
 Test(badinput, out_of_range_arguments)
 {
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_on(p);
+    chime_loop *l = loop_new(p, 0);
     chime_task *h = MARK;
 
     BAD("chime_pool_set_threads", "n = 65537", chime_pool_set_threads(p, 65537),
@@ -400,46 +332,48 @@ Test(badinput, out_of_range_arguments)
     cr_assert_eq(chime_pool_set_threads(p, 1), 0);
 
     BAD("chime_pool_schedule_at_fixed_rate", "period 0",
-        chime_pool_schedule_at_fixed_rate(p, noop_fn, NULL, 0, 0, &h), -EINVAL);
+        chime_pool_schedule_at_fixed_rate(p, t_noop_fn, NULL, 0, 0, &h),
+        -EINVAL);
     BADP("chime_pool_schedule_at_fixed_rate", "*out after period 0", h, NULL);
     BAD("chime_pool_schedule_at_fixed_rate", "period negative",
-        chime_pool_schedule_at_fixed_rate(p, noop_fn, NULL, 0, -1, NULL),
+        chime_pool_schedule_at_fixed_rate(p, t_noop_fn, NULL, 0, -1, NULL),
         -EINVAL);
     BAD("chime_pool_schedule_at_fixed_rate", "period INT64_MIN",
-        chime_pool_schedule_at_fixed_rate(p, noop_fn, NULL, 0, INT64_MIN, NULL),
+        chime_pool_schedule_at_fixed_rate(p, t_noop_fn, NULL, 0, INT64_MIN,
+                                          NULL),
         -EINVAL);
     BAD("chime_pool_schedule_with_fixed_delay", "delay 0",
-        chime_pool_schedule_with_fixed_delay(p, noop_fn, NULL, 0, 0, NULL),
+        chime_pool_schedule_with_fixed_delay(p, t_noop_fn, NULL, 0, 0, NULL),
         -EINVAL);
     BAD("chime_pool_schedule_with_fixed_delay", "delay negative",
-        chime_pool_schedule_with_fixed_delay(p, noop_fn, NULL, 0, -1, NULL),
+        chime_pool_schedule_with_fixed_delay(p, t_noop_fn, NULL, 0, -1, NULL),
         -EINVAL);
     BAD("chime_loop_schedule_at_fixed_rate", "period 0",
-        chime_loop_schedule_at_fixed_rate(l, noop_fn, NULL, 0, 0, NULL),
+        chime_loop_schedule_at_fixed_rate(l, t_noop_fn, NULL, 0, 0, NULL),
         -EINVAL);
     BAD("chime_loop_schedule_at_fixed_rate", "period negative",
-        chime_loop_schedule_at_fixed_rate(l, noop_fn, NULL, 0, -5, NULL),
+        chime_loop_schedule_at_fixed_rate(l, t_noop_fn, NULL, 0, -5, NULL),
         -EINVAL);
     BAD("chime_loop_schedule_with_fixed_delay", "delay 0",
-        chime_loop_schedule_with_fixed_delay(l, noop_fn, NULL, 0, 0, NULL),
+        chime_loop_schedule_with_fixed_delay(l, t_noop_fn, NULL, 0, 0, NULL),
         -EINVAL);
     BAD("chime_loop_schedule_with_fixed_delay", "delay negative",
-        chime_loop_schedule_with_fixed_delay(l, noop_fn, NULL, 0, -5, NULL),
+        chime_loop_schedule_with_fixed_delay(l, t_noop_fn, NULL, 0, -5, NULL),
         -EINVAL);
-    cr_assert_eq(pstats(p).pending, 0, "a refused call queued something");
-    cr_assert_eq(pstats(p).submitted, 0);
+    cr_assert_eq(stats_of(p).pending, 0, "a refused call queued something");
+    cr_assert_eq(stats_of(p).submitted, 0);
 
     /* Extreme delays are accepted: negative means now, large saturates. */
     chime_task *now_h = NULL, *max_h = NULL, *per_h = NULL;
     BAD("chime_pool_schedule", "delay INT64_MIN (means now)",
-        chime_pool_schedule(p, noop_fn, NULL, INT64_MIN, &now_h), 0);
+        chime_pool_schedule(p, t_noop_fn, NULL, INT64_MIN, &now_h), 0);
     cr_assert_eq(chime_task_wait(now_h, T_LONG_NS, NULL), 0);
     BAD("chime_pool_schedule", "delay INT64_MAX (deadline saturates)",
-        chime_pool_schedule(p, noop_fn, NULL, INT64_MAX, &max_h), 0);
+        chime_pool_schedule(p, t_noop_fn, NULL, INT64_MAX, &max_h), 0);
     cr_assert_gt(chime_task_remaining(max_h), INT64_MAX / 2);
     BAD("chime_pool_schedule_at_fixed_rate",
         "initial delay and period INT64_MAX",
-        chime_pool_schedule_at_fixed_rate(p, noop_fn, NULL, INT64_MAX,
+        chime_pool_schedule_at_fixed_rate(p, t_noop_fn, NULL, INT64_MAX,
                                           INT64_MAX, &per_h),
         0);
     BAD("chime_task_rearm", "delay INT64_MAX",
@@ -471,7 +405,7 @@ Test(badinput, out_of_range_arguments)
     BAD("chime_loop_new", "opts.batch_limit = 0 (default 64)",
         chime_loop_new(p, &lo, &l0), 0);
     for (int i = 0; i < 70; i++)
-        cr_assert_eq(chime_loop_post(l0, noop_fn, NULL, NULL), 0);
+        cr_assert_eq(chime_loop_post(l0, t_noop_fn, NULL, NULL), 0);
     cr_assert_eq(chime_loop_dispatch(l0), 64);
     cr_assert_eq(chime_loop_close(l0), 0);
 
@@ -539,7 +473,7 @@ submissions_refused(chime_pool *p, chime_loop *l, const char *when)
 {
     char m[96];
     chime_task *h;
-    uint64_t rejected = pstats(p).rejected;
+    uint64_t rejected = stats_of(p).rejected;
 #define REFUSED(fn, call)                                                      \
     do {                                                                       \
         h = MARK;                                                              \
@@ -548,22 +482,22 @@ submissions_refused(chime_pool *p, chime_loop *l, const char *when)
         cr_expect_null(h, "%s: *out not cleared", fn);                         \
     } while (0)
     REFUSED("chime_pool_schedule",
-            chime_pool_schedule(p, noop_fn, NULL, 0, &h));
+            chime_pool_schedule(p, t_noop_fn, NULL, 0, &h));
     REFUSED("chime_pool_schedule_at_fixed_rate",
-            chime_pool_schedule_at_fixed_rate(p, noop_fn, NULL, 0, 1, &h));
+            chime_pool_schedule_at_fixed_rate(p, t_noop_fn, NULL, 0, 1, &h));
     REFUSED("chime_pool_schedule_with_fixed_delay",
-            chime_pool_schedule_with_fixed_delay(p, noop_fn, NULL, 0, 1, &h));
+            chime_pool_schedule_with_fixed_delay(p, t_noop_fn, NULL, 0, 1, &h));
     REFUSED("chime_pool_execute",
-            (h = NULL, chime_pool_execute(p, noop_fn, NULL)));
-    REFUSED("chime_loop_post", chime_loop_post(l, noop_fn, NULL, &h));
+            (h = NULL, chime_pool_execute(p, t_noop_fn, NULL)));
+    REFUSED("chime_loop_post", chime_loop_post(l, t_noop_fn, NULL, &h));
     REFUSED("chime_loop_schedule",
-            chime_loop_schedule(l, noop_fn, NULL, 0, &h));
+            chime_loop_schedule(l, t_noop_fn, NULL, 0, &h));
     REFUSED("chime_loop_schedule_at_fixed_rate",
-            chime_loop_schedule_at_fixed_rate(l, noop_fn, NULL, 0, 1, &h));
+            chime_loop_schedule_at_fixed_rate(l, t_noop_fn, NULL, 0, 1, &h));
     REFUSED("chime_loop_schedule_with_fixed_delay",
-            chime_loop_schedule_with_fixed_delay(l, noop_fn, NULL, 0, 1, &h));
+            chime_loop_schedule_with_fixed_delay(l, t_noop_fn, NULL, 0, 1, &h));
 #undef REFUSED
-    cr_expect_eq(pstats(p).rejected - rejected, 8,
+    cr_expect_eq(stats_of(p).rejected - rejected, 8,
                  "each refusal is counted in stats.rejected");
     cr_expect_eq(ready_of(l), 0);
     snprintf(m, sizeof(m), "%s", when);
@@ -577,7 +511,7 @@ submissions_refused(chime_pool *p, chime_loop *l, const char *when)
 Test(badinput, every_submission_after_shutdown_is_eshutdown)
 {
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_on(p);
+    chime_loop *l = loop_new(p, 0);
     BAD("chime_pool_shutdown", "twice (idempotent)",
         (chime_pool_shutdown(p), chime_pool_shutdown(p)), 0);
     submissions_refused(p, l, "after shutdown");
@@ -588,12 +522,12 @@ Test(badinput, every_submission_after_shutdown_is_eshutdown)
         chime_pool_shutdown_now(p, NULL, NULL), 0);
     BAD("chime_pool_set_threads", "after termination (nothing starts)",
         chime_pool_set_threads(p, 4), 0);
-    cr_assert_eq(pstats(p).threads_alive, 0);
+    cr_assert_eq(stats_of(p).threads_alive, 0);
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
 
     p = pool_with(1);
-    l = loop_on(p);
+    l = loop_new(p, 0);
     chime_task **arr = MARK;
     size_t n = 9;
     BAD("chime_pool_shutdown_now", "count without tasks",
@@ -609,12 +543,12 @@ Test(badinput, every_submission_after_shutdown_is_eshutdown)
 
 Test(badinput, discard_policy_completes_refused_handles_as_rejected)
 {
-    chime_pool *p = pool_opts(1, CHIME_REJECT_DISCARD);
-    chime_loop *l = loop_on(p);
+    chime_pool *p = policy_pool(CHIME_REJECT_DISCARD);
+    chime_loop *l = loop_new(p, 0);
     cr_assert_eq(chime_pool_shutdown(p), 0);
     chime_task *h = NULL;
     BAD("chime_pool_schedule", "after shutdown (DISCARD: rejected handle)",
-        chime_pool_schedule(p, noop_fn, NULL, 0, &h), 0);
+        chime_pool_schedule(p, t_noop_fn, NULL, 0, &h), 0);
     BAD("chime_task_wait", "on a handle rejected by DISCARD",
         chime_task_wait(h, 0, NULL), CHIME_EREJECTED);
     BAD("chime_task_error", "on a handle rejected at shutdown",
@@ -622,7 +556,7 @@ Test(badinput, discard_policy_completes_refused_handles_as_rejected)
     cr_assert_eq(chime_task_release(h), 0);
     h = NULL;
     BAD("chime_loop_post", "after shutdown (DISCARD: rejected handle)",
-        chime_loop_post(l, noop_fn, NULL, &h), 0);
+        chime_loop_post(l, t_noop_fn, NULL, &h), 0);
     BAD("chime_task_get_state", "on a post rejected by DISCARD",
         chime_task_get_state(h), CHIME_TASK_REJECTED);
     cr_assert_eq(chime_task_release(h), 0);
@@ -633,23 +567,16 @@ Test(badinput, discard_policy_completes_refused_handles_as_rejected)
 /* ---- handles after the pool is destroyed ----------------------------------
  */
 
-static int
-value_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    *result = arg;
-    return 0;
-}
-
 Test(badinput, handles_after_destroy)
 {
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_on(p);
+    chime_loop *l = loop_new(p, 0);
     chime_task *queued = NULL, *done = NULL, *looped = NULL;
-    cr_assert_eq(chime_pool_schedule(p, noop_fn, &marker, FAR_NS, &queued), 0);
-    cr_assert_eq(chime_pool_schedule(p, value_fn, &marker, 0, &done), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, &marker, T_FAR_NS, &queued),
+                 0);
+    cr_assert_eq(chime_pool_schedule(p, t_value_fn, &marker, 0, &done), 0);
     cr_assert_eq(chime_task_wait(done, T_LONG_NS, NULL), 0);
-    cr_assert_eq(chime_loop_schedule(l, noop_fn, NULL, FAR_NS, &looped), 0);
+    cr_assert_eq(chime_loop_schedule(l, t_noop_fn, NULL, T_FAR_NS, &looped), 0);
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
 
@@ -668,7 +595,7 @@ Test(badinput, handles_after_destroy)
     BAD("chime_task_is_cancelled", q, chime_task_is_cancelled(queued), true);
     BAD("chime_task_is_periodic", q, chime_task_is_periodic(queued), false);
     BAD("chime_task_sleep", q, chime_task_sleep(queued, CHIME_MSEC), -EINTR);
-    BADP("chime_task_callback", q, chime_task_callback(queued), noop_fn);
+    BADP("chime_task_callback", q, chime_task_callback(queued), t_noop_fn);
     BADP("chime_task_arg", q, chime_task_arg(queued), &marker);
     BADP("chime_task_retain", q, chime_task_retain(queued), queued);
     BAD("chime_task_release", "retained handle after destroy",
@@ -696,21 +623,6 @@ Test(badinput, handles_after_destroy)
 /* ---- release twice ----------------------------------------------------------
  */
 
-typedef struct gate {
-    t_latch started, go;
-} gate;
-
-static int
-gate_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    gate *g = arg;
-    t_latch_count_down(&g->started);
-    t_latch_wait(&g->go, T_LONG_NS);
-    return 0;
-}
-
 static atomic_long self_release = 1;
 
 static int
@@ -725,10 +637,10 @@ release_self_fn(chime_task *self, void *arg, void **result)
 Test(badinput, release_twice_while_the_pool_holds_the_task)
 {
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_on(p);
+    chime_loop *l = loop_new(p, 0);
     chime_task *h = NULL;
 
-    cr_assert_eq(chime_pool_schedule(p, noop_fn, NULL, FAR_NS, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, T_FAR_NS, &h), 0);
     cr_assert_eq(chime_task_release(h), 0);
     BAD("chime_task_release", "twice, task queued", chime_task_release(h),
         -EINVAL);
@@ -736,17 +648,16 @@ Test(badinput, release_twice_while_the_pool_holds_the_task)
     BAD("chime_pool_remove", "task whose handle was released",
         chime_pool_remove(p, h), 0);
 
-    gate g;
-    t_latch_init(&g.started, 1);
-    t_latch_init(&g.go, 1);
-    cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &h), 0);
+    t_gate g;
+    t_gate_init(&g, 1);
+    cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &h), 0);
     cr_assert(t_latch_wait(&g.started, T_LONG_NS));
     cr_assert_eq(chime_task_release(h), 0);
     BAD("chime_task_release", "twice, task running", chime_task_release(h),
         -EINVAL);
-    t_latch_count_down(&g.go);
+    t_latch_count_down(&g.open);
 
-    cr_assert_eq(chime_loop_post(l, noop_fn, NULL, &h), 0);
+    cr_assert_eq(chime_loop_post(l, t_noop_fn, NULL, &h), 0);
     cr_assert_eq(chime_task_release(h), 0);
     BAD("chime_task_release", "twice, loop task ready", chime_task_release(h),
         -EINVAL);
@@ -759,8 +670,7 @@ Test(badinput, release_twice_while_the_pool_holds_the_task)
 
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    t_latch_destroy(&g.started);
-    t_latch_destroy(&g.go);
+    t_gate_destroy(&g);
 }
 
 /* ---- queue inspection in the wrong state ----------------------------------
@@ -769,19 +679,19 @@ Test(badinput, release_twice_while_the_pool_holds_the_task)
 Test(badinput, remove_and_contains_of_tasks_not_queued_here)
 {
     chime_pool *p = pool_with(1), *other = pool_with(1);
-    chime_loop *l = loop_on(p);
+    chime_loop *l = loop_new(p, 0);
     chime_task *mine = NULL, *theirs = NULL, *done = NULL, *running = NULL,
                *ready = NULL;
-    cr_assert_eq(chime_pool_schedule(p, noop_fn, NULL, FAR_NS, &mine), 0);
-    cr_assert_eq(chime_pool_schedule(other, noop_fn, NULL, FAR_NS, &theirs), 0);
-    cr_assert_eq(chime_pool_schedule(p, noop_fn, NULL, 0, &done), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, T_FAR_NS, &mine), 0);
+    cr_assert_eq(chime_pool_schedule(other, t_noop_fn, NULL, T_FAR_NS, &theirs),
+                 0);
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, 0, &done), 0);
     cr_assert_eq(chime_task_wait(done, T_LONG_NS, NULL), 0);
-    gate g;
-    t_latch_init(&g.started, 1);
-    t_latch_init(&g.go, 1);
-    cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &running), 0);
+    t_gate g;
+    t_gate_init(&g, 1);
+    cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &running), 0);
     cr_assert(t_latch_wait(&g.started, T_LONG_NS));
-    cr_assert_eq(chime_loop_post(l, noop_fn, NULL, &ready), 0);
+    cr_assert_eq(chime_loop_post(l, t_noop_fn, NULL, &ready), 0);
 
     BAD("chime_pool_remove", "another pool's task",
         chime_pool_remove(p, theirs), -ENOENT);
@@ -813,7 +723,7 @@ Test(badinput, remove_and_contains_of_tasks_not_queued_here)
         -EALREADY);
     BAD("chime_pool_purge", "nothing to purge", chime_pool_purge(p), 0);
 
-    t_latch_count_down(&g.go);
+    t_latch_count_down(&g.open);
     cr_assert_eq(chime_task_wait(running, T_LONG_NS, NULL), 0);
     cr_assert_eq(chime_loop_dispatch(l), 0);
     cr_assert_eq(chime_task_wait(ready, 0, NULL), -ECANCELED);
@@ -823,30 +733,11 @@ Test(badinput, remove_and_contains_of_tasks_not_queued_here)
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(chime_pool_destroy(other), 0);
-    t_latch_destroy(&g.started);
-    t_latch_destroy(&g.go);
+    t_gate_destroy(&g);
 }
 
 /* ---- the loop thread ------------------------------------------------------
  */
-
-static int
-do_dispatch(void *l)
-{
-    return chime_loop_dispatch(l);
-}
-
-static int
-do_set_thread(void *l)
-{
-    return chime_loop_set_thread(l);
-}
-
-static int
-do_close(void *l)
-{
-    return chime_loop_close(l);
-}
 
 typedef struct reenter {
     chime_loop *loop;
@@ -869,15 +760,15 @@ reenter_fn(chime_task *self, void *arg, void **result)
 Test(badinput, loop_calls_from_the_wrong_thread_or_reentered)
 {
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_on(p);
+    chime_loop *l = loop_new(p, 0);
     cr_assert_eq(chime_loop_set_thread(l), 0);
     BAD("chime_loop_set_thread", "again from the loop thread",
         chime_loop_set_thread(l), 0);
     BAD("chime_loop_set_thread", "from another thread",
-        run_on_thread(do_set_thread, l), -EBUSY);
-    cr_assert_eq(chime_loop_post(l, noop_fn, NULL, NULL), 0);
+        run_on_thread(t_do_set_thread, l), -EBUSY);
+    cr_assert_eq(chime_loop_post(l, t_noop_fn, NULL, NULL), 0);
     BAD("chime_loop_dispatch", "from a thread other than the loop thread",
-        run_on_thread(do_dispatch, l), -EPERM);
+        run_on_thread(t_do_dispatch, l), -EPERM);
     cr_assert_eq(ready_of(l), 1, "a refused dispatch ran something");
     cr_assert_eq(chime_loop_dispatch(l), 1);
 
@@ -895,8 +786,8 @@ Test(badinput, loop_calls_from_the_wrong_thread_or_reentered)
     cr_assert(!chime_pool_is_shutdown(p), "a refused destroy acted");
 
     /* Binding claimed by another thread: this one may not dispatch. */
-    chime_loop *other = loop_on(p);
-    cr_assert_eq(run_on_thread(do_set_thread, other), 0);
+    chime_loop *other = loop_new(p, 0);
+    cr_assert_eq(run_on_thread(t_do_set_thread, other), 0);
     BAD("chime_loop_dispatch", "binding declared by another thread",
         chime_loop_dispatch(other), -EPERM);
     BAD("chime_loop_close", "from a non-loop thread while no dispatch runs",
@@ -907,7 +798,7 @@ Test(badinput, loop_calls_from_the_wrong_thread_or_reentered)
 
 typedef struct looper {
     chime_loop *loop;
-    gate g;
+    t_gate g;
     pthread_t th;
 } looper;
 
@@ -919,7 +810,7 @@ looper_main(void *arg)
     chime_loop_set_thread(lp->loop);
     do
         chime_loop_dispatch(lp->loop);
-    while (t_latch_count(&lp->g.go) > 0 ||
+    while (t_latch_count(&lp->g.open) > 0 ||
            (chime_loop_get_stats(lp->loop, &st) == 0 && st.ready > 0));
     return NULL;
 }
@@ -927,23 +818,21 @@ looper_main(void *arg)
 Test(badinput, close_from_another_thread_during_a_dispatch_is_eperm)
 {
     chime_pool *p = pool_with(1);
-    looper lp = {.loop = loop_on(p)};
-    t_latch_init(&lp.g.started, 1);
-    t_latch_init(&lp.g.go, 1);
-    cr_assert_eq(chime_loop_post(lp.loop, gate_fn, &lp.g, NULL), 0);
+    looper lp = {.loop = loop_new(p, 0)};
+    t_gate_init(&lp.g, 1);
+    cr_assert_eq(chime_loop_post(lp.loop, t_gate_fn, &lp.g, NULL), 0);
     pthread_create(&lp.th, NULL, looper_main, &lp);
     cr_assert(t_latch_wait(&lp.g.started, T_LONG_NS));
     BAD("chime_loop_close", "another thread while a dispatch runs",
         chime_loop_close(lp.loop), -EPERM);
     BAD("chime_pool_destroy", "with an open binding (dispatch running)",
         chime_pool_destroy(p), -EBUSY);
-    t_latch_count_down(&lp.g.go);
+    t_latch_count_down(&lp.g.open);
     pthread_join(lp.th, NULL);
     BAD("chime_loop_close", "another thread once the loop stopped",
-        run_on_thread(do_close, lp.loop), 0);
+        run_on_thread(t_do_close, lp.loop), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    t_latch_destroy(&lp.g.started);
-    t_latch_destroy(&lp.g.go);
+    t_gate_destroy(&lp.g);
 }
 
 /* ---- a closed binding ------------------------------------------------------
@@ -952,27 +841,28 @@ Test(badinput, close_from_another_thread_during_a_dispatch_is_eperm)
 Test(badinput, calls_on_a_closed_binding)
 {
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_on(p);
+    chime_loop *l = loop_new(p, 0);
     chime_task *pending = NULL, *h = MARK;
-    cr_assert_eq(chime_loop_schedule(l, noop_fn, NULL, FAR_NS, &pending), 0);
+    cr_assert_eq(chime_loop_schedule(l, t_noop_fn, NULL, T_FAR_NS, &pending),
+                 0);
     cr_assert_eq(chime_loop_close(l), 0);
     const char *c = "binding closed";
 
     BAD("chime_loop_close", "twice", chime_loop_close(l), -EALREADY);
     BAD("chime_loop_fd", c, chime_loop_fd(l), -EBADF);
     BAD("chime_loop_dispatch", c, chime_loop_dispatch(l), -ESHUTDOWN);
-    BAD("chime_loop_post", c, chime_loop_post(l, noop_fn, NULL, &h),
+    BAD("chime_loop_post", c, chime_loop_post(l, t_noop_fn, NULL, &h),
         -ESHUTDOWN);
     BADP("chime_loop_post", "*out after a closed binding refused", h, NULL);
     h = MARK;
-    BAD("chime_loop_schedule", c, chime_loop_schedule(l, noop_fn, NULL, 0, &h),
-        -ESHUTDOWN);
+    BAD("chime_loop_schedule", c,
+        chime_loop_schedule(l, t_noop_fn, NULL, 0, &h), -ESHUTDOWN);
     BADP("chime_loop_schedule", "*out after a closed binding refused", h, NULL);
     BAD("chime_loop_schedule_at_fixed_rate", c,
-        chime_loop_schedule_at_fixed_rate(l, noop_fn, NULL, 0, 1, NULL),
+        chime_loop_schedule_at_fixed_rate(l, t_noop_fn, NULL, 0, 1, NULL),
         -ESHUTDOWN);
     BAD("chime_loop_schedule_with_fixed_delay", c,
-        chime_loop_schedule_with_fixed_delay(l, noop_fn, NULL, 0, 1, NULL),
+        chime_loop_schedule_with_fixed_delay(l, t_noop_fn, NULL, 0, 1, NULL),
         -ESHUTDOWN);
     chime_loop_stats ls;
     UNDOC("chime_loop_get_stats", c, chime_loop_get_stats(l, &ls), 0,
@@ -985,23 +875,23 @@ Test(badinput, calls_on_a_closed_binding)
         chime_task_cancel(pending, 0), -EALREADY);
     BAD("chime_task_rearm", "loop task of a closed binding",
         chime_task_rearm(pending, 0), -EALREADY);
-    cr_assert_eq(pstats(p).pending, 0, "a refused call queued something");
+    cr_assert_eq(stats_of(p).pending, 0, "a refused call queued something");
     cr_assert_eq(chime_task_release(pending), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
 
     /* With a policy that completes refused work as rejected, a closed
      * binding still returns -ESHUTDOWN and no handle: the policy applies
      * to the pool's shutdown, not to the binding's. */
-    p = pool_opts(1, CHIME_REJECT_DISCARD);
-    l = loop_on(p);
+    p = policy_pool(CHIME_REJECT_DISCARD);
+    l = loop_new(p, 0);
     cr_assert_eq(chime_loop_close(l), 0);
     h = MARK;
     UNDOC("chime_loop_post", "binding closed, DISCARD pool",
-          chime_loop_post(l, noop_fn, NULL, &h), -ESHUTDOWN,
+          chime_loop_post(l, t_noop_fn, NULL, &h), -ESHUTDOWN,
           "\"with the pool's rejection policy\" reads as if DISCARD applied");
     cr_expect_null(h);
     UNDOC("chime_loop_schedule", "binding closed, DISCARD pool",
-          chime_loop_schedule(l, noop_fn, NULL, 0, NULL), -ESHUTDOWN,
+          chime_loop_schedule(l, t_noop_fn, NULL, 0, NULL), -ESHUTDOWN,
           "as for chime_loop_post");
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
@@ -1009,14 +899,14 @@ Test(badinput, calls_on_a_closed_binding)
 Test(badinput, destroy_with_an_open_binding_is_ebusy_and_does_nothing)
 {
     chime_pool *p = pool_with(1);
-    chime_loop *l = loop_on(p);
+    chime_loop *l = loop_new(p, 0);
     chime_task *h = NULL;
     BAD("chime_pool_destroy", "with an open binding", chime_pool_destroy(p),
         -EBUSY);
     cr_assert(!chime_pool_is_shutdown(p), "a refused destroy acted");
-    cr_assert_eq(chime_pool_schedule(p, noop_fn, NULL, 0, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, 0, &h), 0);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert_eq(chime_loop_post(l, noop_fn, NULL, NULL), 0);
+    cr_assert_eq(chime_loop_post(l, t_noop_fn, NULL, NULL), 0);
     cr_assert_eq(chime_loop_dispatch(l), 1);
     cr_assert_eq(chime_pool_shutdown(p), 0);
     BAD("chime_pool_destroy", "with an open binding, pool shut down",
@@ -1035,6 +925,16 @@ typedef struct probe {
     t_latch done;
 } probe;
 
+static void
+probe_init(probe *pr, chime_pool *p)
+{
+    memset(pr, 0, sizeof(*pr));
+    atomic_store(&pr->pool, p);
+    t_latch_init(&pr->done, 1);
+}
+
+/* From inside its own run: waits on itself, awaits its pool's termination
+ * and destroys the pool; rc[] keeps each result. */
 static int
 self_wait_fn(chime_task *self, void *arg, void **result)
 {
@@ -1051,16 +951,22 @@ self_wait_fn(chime_task *self, void *arg, void **result)
     return 0;
 }
 
+/* Runs self_wait_fn on p; returns its handle once it made its calls. */
+static chime_task *
+probe_run(probe *pr, chime_pool *p)
+{
+    probe_init(pr, p);
+    chime_task *h = NULL;
+    cr_assert_eq(chime_pool_schedule(p, self_wait_fn, pr, 0, &h), 0);
+    cr_assert(t_latch_wait(&pr->done, T_LONG_NS));
+    return h;
+}
+
 Test(badinput, a_task_that_would_wait_for_itself_gets_edeadlk)
 {
     chime_pool *p = pool_with(1);
     probe pr;
-    memset(&pr, 0, sizeof(pr));
-    atomic_store(&pr.pool, p);
-    t_latch_init(&pr.done, 1);
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, self_wait_fn, &pr, 0, &h), 0);
-    cr_assert(t_latch_wait(&pr.done, T_LONG_NS));
+    chime_task *h = probe_run(&pr, p);
     BAD("chime_task_wait", "own handle from its callback, forever",
         atomic_load(&pr.rc[0]), -EDEADLK);
     BAD("chime_task_wait", "own handle from its callback, timeout 0",
@@ -1145,31 +1051,18 @@ h_error(chime_pool *p, chime_task *t, int err, void *ctx)
     hook_try(ctx, H_ERROR);
 }
 
-static int
-fail_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self, (void)arg, (void)result;
-    return -EIO;
-}
-
 Test(badinput, hooks_that_would_wait_for_their_pool_get_edeadlk)
 {
     hookprobe hp;
     memset(&hp, 0, sizeof(hp));
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.on_thread_start = h_start;
-    o.on_thread_stop = h_stop;
-    o.on_terminated = h_term;
-    o.before_run = h_before;
-    o.after_run = h_after;
-    o.on_error = h_error;
-    o.hook_ctx = &hp;
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
+    static const t_hooks probes = {h_start,  h_stop,  h_term,
+                                   h_before, h_after, h_error};
+    chime_pool_options o = t_options(1);
+    t_set_hooks(&o, &probes, &hp);
+    chime_pool *p = pool_opts(&o);
     atomic_store(&hp.pool, p);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, fail_fn, NULL, 0, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_eio_fn, NULL, 0, &h), 0);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), CHIME_EFAILED);
     cr_assert(T_WAIT_UNTIL(atomic_load(&hp.seen[H_ERROR]), T_LONG_NS));
     cr_assert(!chime_pool_is_shutdown(p), "a refused destroy acted");
@@ -1207,7 +1100,7 @@ child_await_from_loop_callback(void)
     long rc = 1;
     chime_pool *p = pool_with(1);
     child_pool = p;
-    chime_loop *l = loop_on(p);
+    chime_loop *l = loop_new(p, 0);
     cr_assert_eq(chime_loop_post(l, await_fn, &rc, NULL), 0);
     cr_assert_eq(chime_loop_dispatch(l), 1);
     cr_assert_eq(chime_loop_close(l), 0);
@@ -1286,12 +1179,12 @@ typedef struct inherited {
       chime_pool_set_remove_on_cancel(in->p, true))                            \
     X(chime_pool_clock_changed, c, chime_pool_clock_changed(in->p))            \
     X(chime_pool_schedule, c,                                                  \
-      chime_pool_schedule(in->p, noop_fn, NULL, 0, &x))                        \
+      chime_pool_schedule(in->p, t_noop_fn, NULL, 0, &x))                      \
     X(chime_pool_schedule_at_fixed_rate, c,                                    \
-      chime_pool_schedule_at_fixed_rate(in->p, noop_fn, NULL, 0, 1, &x))       \
+      chime_pool_schedule_at_fixed_rate(in->p, t_noop_fn, NULL, 0, 1, &x))     \
     X(chime_pool_schedule_with_fixed_delay, c,                                 \
-      chime_pool_schedule_with_fixed_delay(in->p, noop_fn, NULL, 0, 1, &x))    \
-    X(chime_pool_execute, c, chime_pool_execute(in->p, noop_fn, NULL))         \
+      chime_pool_schedule_with_fixed_delay(in->p, t_noop_fn, NULL, 0, 1, &x))  \
+    X(chime_pool_execute, c, chime_pool_execute(in->p, t_noop_fn, NULL))       \
     X(chime_pool_remove, c, chime_pool_remove(in->p, in->h))                   \
     X(chime_pool_purge, c, chime_pool_purge(in->p))                            \
     X(chime_pool_get_stats, c, chime_pool_get_stats(in->p, &st))               \
@@ -1303,13 +1196,13 @@ typedef struct inherited {
     X(chime_loop_fd, cl, chime_loop_fd(in->l))                                 \
     X(chime_loop_set_thread, cl, chime_loop_set_thread(in->l))                 \
     X(chime_loop_dispatch, cl, chime_loop_dispatch(in->l))                     \
-    X(chime_loop_post, cl, chime_loop_post(in->l, noop_fn, NULL, &x))          \
+    X(chime_loop_post, cl, chime_loop_post(in->l, t_noop_fn, NULL, &x))        \
     X(chime_loop_schedule, cl,                                                 \
-      chime_loop_schedule(in->l, noop_fn, NULL, 0, &x))                        \
+      chime_loop_schedule(in->l, t_noop_fn, NULL, 0, &x))                      \
     X(chime_loop_schedule_at_fixed_rate, cl,                                   \
-      chime_loop_schedule_at_fixed_rate(in->l, noop_fn, NULL, 0, 1, &x))       \
+      chime_loop_schedule_at_fixed_rate(in->l, t_noop_fn, NULL, 0, 1, &x))     \
     X(chime_loop_schedule_with_fixed_delay, cl,                                \
-      chime_loop_schedule_with_fixed_delay(in->l, noop_fn, NULL, 0, 1, &x))    \
+      chime_loop_schedule_with_fixed_delay(in->l, t_noop_fn, NULL, 0, 1, &x))  \
     X(chime_loop_get_stats, cl, chime_loop_get_stats(in->l, &ls))              \
     X(chime_loop_close, cl, chime_loop_close(in->l))
 
@@ -1364,12 +1257,13 @@ inherited_new(void)
 {
     inherited in = {.p = pool_with(1)};
     cr_assert_eq(chime_pool_prestart(in.p), 1);
-    in.l = loop_on(in.p);
+    in.l = loop_new(in.p, 0);
     cr_assert_eq(chime_loop_set_thread(in.l), 0);
-    cr_assert_eq(chime_pool_schedule(in.p, noop_fn, NULL, FAR_NS, &in.h), 0);
+    cr_assert_eq(chime_pool_schedule(in.p, t_noop_fn, NULL, T_FAR_NS, &in.h),
+                 0);
     /* Fork only once the worker sleeps as leader (holding no lock), so
      * what the children inherit does not depend on timing. */
-    cr_assert(T_WAIT_UNTIL(pstats(in.p).timed_waiters == 1, T_LONG_NS));
+    cr_assert(T_WAIT_UNTIL(stats_of(in.p).timed_waiters == 1, T_LONG_NS));
     return in;
 }
 
@@ -1393,7 +1287,7 @@ inherited_destroy(inherited *in)
 {
     /* The parent is untouched. */
     cr_assert(chime_pool_contains(in->p, in->h));
-    cr_assert_eq(chime_loop_post(in->l, noop_fn, NULL, NULL), 0);
+    cr_assert_eq(chime_loop_post(in->l, t_noop_fn, NULL, NULL), 0);
     cr_assert_eq(chime_loop_dispatch(in->l), 1);
     cr_assert_eq(chime_loop_close(in->l), 0);
     cr_assert_eq(chime_task_release(in->h), 0);

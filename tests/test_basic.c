@@ -13,58 +13,12 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 TestSuite(basic, .timeout = 10);
 
-/* Generous upper bound for real-time checks on a loaded machine. */
-#define UPPER_NS (5 * CHIME_SEC)
-
 /* ---- helpers ------------------------------------------------------------ */
-
-static chime_pool *
-pool_with(unsigned threads)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    cr_assert_not_null(p);
-    return p;
-}
-
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats s;
-    cr_assert_eq(chime_pool_get_stats(p, &s), 0);
-    return s;
-}
-
-/* Records the run order of tasks: each task's arg is an order_item. */
-#define ORDER_MAX 64
-typedef struct order_log {
-    atomic_int n;
-    atomic_int ids[ORDER_MAX];
-} order_log;
-
-typedef struct order_item {
-    order_log *log;
-    int id;
-} order_item;
-
-static int
-order_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    order_item *it = arg;
-    int i = atomic_fetch_add(&it->log->n, 1);
-    if (i < ORDER_MAX)
-        atomic_store(&it->log->ids[i], it->id);
-    return 0;
-}
 
 /* Records when it ran and returns `value`. */
 typedef struct stamp {
@@ -87,7 +41,6 @@ stamp_fn(chime_task *self, void *arg, void **result)
 /* Records the start (and end) time of each run of a periodic task; counts
  * the latch down at run `max`; optionally the first run (or every run)
  * takes `work_ns` of real time; tracks concurrent executions. */
-#define RUNS_MAX 32
 typedef struct runs {
     atomic_int n;
     int max;
@@ -100,19 +53,15 @@ typedef struct runs {
     t_latch done;
 } runs;
 
+/* The latch opens at run `max`; the first run takes first_work_ns more,
+ * every run work_ns. */
 static void
-runs_init(runs *r, int max)
+runs_init(runs *r, int max, int64_t first_work_ns, int64_t work_ns)
 {
-    atomic_store(&r->n, 0);
+    memset(r, 0, sizeof(*r));
     r->max = max;
-    r->first_work_ns = 0;
-    r->work_ns = 0;
-    atomic_store(&r->in_flight, 0);
-    atomic_store(&r->max_in_flight, 0);
-    for (int i = 0; i < RUNS_MAX; i++) {
-        atomic_store(&r->start[i], 0);
-        atomic_store(&r->end[i], 0);
-    }
+    r->first_work_ns = first_work_ns;
+    r->work_ns = work_ns;
     t_latch_init(&r->done, 1);
 }
 
@@ -132,10 +81,7 @@ runs_fn(chime_task *self, void *arg, void **result)
     (void)self;
     (void)result;
     runs *r = arg;
-    int f = atomic_fetch_add(&r->in_flight, 1) + 1;
-    int m = atomic_load(&r->max_in_flight);
-    while (f > m && !atomic_compare_exchange_weak(&r->max_in_flight, &m, f))
-        ;
+    t_atomic_max(&r->max_in_flight, atomic_fetch_add(&r->in_flight, 1) + 1);
     int i = atomic_load(&r->n);
     if (i < RUNS_MAX)
         atomic_store(&r->start[i], chime_now_ns());
@@ -153,6 +99,27 @@ runs_fn(chime_task *self, void *arg, void **result)
     return 0;
 }
 
+/* Runs a periodic task (fixed rate, else fixed delay) with runs_fn on r
+ * on a pool of `threads` workers until r's latch opens (its r->max-th run),
+ * then cancels it and destroys the pool; no two runs overlapped. Returns
+ * the submission time. */
+static int64_t
+run_periodic(unsigned threads, bool fixed_rate, runs *r, int64_t delay,
+             int64_t period)
+{
+    chime_pool *p = pool_with(threads);
+    chime_task *h = NULL;
+    int64_t t0 = chime_now_ns();
+    cr_assert_eq(
+        t_schedule_periodic(p, fixed_rate, runs_fn, r, delay, period, &h), 0);
+    cr_assert(t_latch_wait(&r->done, T_LONG_NS));
+    cr_assert_eq(chime_task_cancel(h, 0), 0);
+    chime_task_release(h);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    cr_assert_eq(atomic_load(&r->max_in_flight), 1, "two runs overlapped");
+    return t0;
+}
+
 /* ---- basic execution and results --------------------------------------- */
 
 /* B1 */
@@ -167,64 +134,64 @@ Test(basic, execute_runs_the_task)
     t_latch_destroy(&l);
 }
 
-/* B2 */
-Test(basic, delayed_task_returns_its_value_after_the_delay)
+/* A one-shot task with a 20 ms delay that returns `value` (NULL: stores
+ * nothing): it runs once, not before the delay, and the waiter gets the
+ * value only then. */
+static void
+delayed_one_shot(void *value)
 {
     const int64_t d = 20 * CHIME_MSEC;
     chime_pool *p = pool_with(1);
-    int value = 42;
-    stamp s = {.value = &value};
+    stamp s = {.value = value};
     chime_task *h = NULL;
     int64_t t0 = chime_now_ns();
     cr_assert_eq(chime_pool_schedule(p, stamp_fn, &s, d, &h), 0);
     cr_assert_not_null(h);
-    void *r = NULL;
+    void *r = &s; /* must be overwritten */
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, &r), 0);
     int64_t seen = chime_now_ns() - t0;
-    cr_assert_eq(r, &value, "wait must return the task's value");
+    cr_assert_eq(r, value, "wait must return the task's value (or NULL)");
     cr_assert_geq(atomic_load(&s.at) - t0, d, "task ran before its delay");
     cr_assert_geq(seen, d, "caller saw the result before the delay");
-    cr_assert_lt(seen, UPPER_NS);
+    cr_assert_lt(seen, T_UPPER_NS);
     cr_assert_eq(chime_task_get_state(h), CHIME_TASK_DONE);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-}
-
-/* B3 */
-Test(basic, delayed_no_value_task_runs_once)
-{
-    const int64_t d = 20 * CHIME_MSEC;
-    chime_pool *p = pool_with(1);
-    stamp s = {.value = NULL};
-    chime_task *h = NULL;
-    int64_t t0 = chime_now_ns();
-    cr_assert_eq(chime_pool_schedule(p, stamp_fn, &s, d, &h), 0);
-    void *r = &s; /* must be overwritten with NULL */
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, &r), 0);
-    cr_assert_null(r, "a task that stores nothing yields NULL");
-    cr_assert_geq(chime_now_ns() - t0, d);
-    cr_assert_geq(atomic_load(&s.at) - t0, d);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&s.runs), 1);
     chime_task_release(h);
 }
 
-/* B4 */
-Test(basic, fixed_rate_first_run_waits_the_initial_delay)
+/* B2 */
+Test(basic, delayed_task_returns_its_value_after_the_delay)
+{
+    int value = 42;
+    delayed_one_shot(&value);
+}
+
+/* B3 */
+Test(basic, delayed_no_value_task_runs_once)
+{
+    delayed_one_shot(NULL);
+}
+
+/* A periodic task (fixed rate, else fixed delay) with a 20 ms initial
+ * delay: its first run waits that delay; then it is cancelled with
+ * `flags`. */
+static void
+first_run_waits_the_initial_delay(bool fixed_rate, unsigned flags)
 {
     const int64_t d = 20 * CHIME_MSEC;
     chime_pool *p = pool_with(1);
     runs r;
-    runs_init(&r, 1);
+    runs_init(&r, 1, 0, 0);
     chime_task *h = NULL;
     int64_t t0 = chime_now_ns();
     cr_assert_eq(
-        chime_pool_schedule_at_fixed_rate(p, runs_fn, &r, d, T_LONG_NS, &h), 0);
+        t_schedule_periodic(p, fixed_rate, runs_fn, &r, d, T_LONG_NS, &h), 0);
     cr_assert(t_latch_wait(&r.done, T_LONG_NS));
     cr_assert_geq(atomic_load(&r.start[0]) - t0, d);
-    cr_assert_lt(atomic_load(&r.start[0]) - t0, UPPER_NS);
+    cr_assert_lt(atomic_load(&r.start[0]) - t0, T_UPPER_NS);
     cr_assert(chime_task_is_periodic(h));
-    cr_assert_eq(chime_task_cancel(h, CHIME_CANCEL_INTERRUPT), 0);
+    cr_assert_eq(chime_task_cancel(h, flags), 0);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), -ECANCELED);
     cr_assert(chime_task_is_cancelled(h));
     chime_task_release(h);
@@ -232,92 +199,63 @@ Test(basic, fixed_rate_first_run_waits_the_initial_delay)
     t_latch_destroy(&r.done);
 }
 
+/* B4 */
+Test(basic, fixed_rate_first_run_waits_the_initial_delay)
+{
+    first_run_waits_the_initial_delay(true, CHIME_CANCEL_INTERRUPT);
+}
+
 /* B5 */
 Test(basic, fixed_delay_first_run_waits_the_initial_delay)
 {
-    const int64_t d = 20 * CHIME_MSEC;
-    chime_pool *p = pool_with(1);
-    runs r;
-    runs_init(&r, 1);
-    chime_task *h = NULL;
-    int64_t t0 = chime_now_ns();
-    cr_assert_eq(
-        chime_pool_schedule_with_fixed_delay(p, runs_fn, &r, d, T_LONG_NS, &h),
-        0);
-    cr_assert(t_latch_wait(&r.done, T_LONG_NS));
-    cr_assert_geq(atomic_load(&r.start[0]) - t0, d);
-    cr_assert_lt(atomic_load(&r.start[0]) - t0, UPPER_NS);
-    cr_assert(chime_task_is_periodic(h));
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    t_latch_destroy(&r.done);
+    first_run_waits_the_initial_delay(false, 0);
+}
+
+/* Eight runs of a periodic task (fixed rate, else fixed delay) at periods
+ * of 1, 3, 9, ... ms until one keeps its schedule (the machine may be
+ * loaded): never early, never two at once, and for some period
+ * - fixed rate: the 8th run starts within 8 periods of submission (no
+ *   drift; 7 periods at least, always);
+ * - fixed delay: every gap between starts is below two periods (and at
+ *   least one, always). */
+static void
+sequence_keeps_its_period(bool fixed_rate)
+{
+    static const int64_t ds[] = {1, 3, 9, 27, 81};
+    bool held = false;
+    for (size_t k = 0; k < sizeof ds / sizeof ds[0] && !held; k++) {
+        int64_t d = ds[k] * CHIME_MSEC;
+        runs r;
+        runs_init(&r, 8, 0, 0);
+        int64_t t0 = run_periodic(1, fixed_rate, &r, 0, d);
+        int64_t elapsed = atomic_load(&r.start[7]) - t0;
+        cr_assert_geq(elapsed, 7 * d, "8 runs at period %lld ns took %lld",
+                      (long long)d, (long long)elapsed);
+        held = !fixed_rate || elapsed <= 8 * d;
+        for (int i = 0; i < 7 && !fixed_rate; i++) {
+            int64_t gap =
+                atomic_load(&r.start[i + 1]) - atomic_load(&r.start[i]);
+            cr_assert_geq(gap, d, "gap %d is %lld < %lld", i, (long long)gap,
+                          (long long)d);
+            held = held && gap < 2 * d;
+        }
+        t_latch_destroy(&r.done);
+    }
+    cr_assert(held, "%s",
+              fixed_rate ? "no period kept its rate"
+                         : "no delay kept every gap below 2*delay");
 }
 
 /* B6 */
 Test(basic, fixed_rate_sequence_keeps_its_rate)
 {
-    /* elapsed >= 7d always; for some d (the machine may be loaded) the 8th
-     * run starts within 8d of submission: no drift. */
-    static const int64_t ds[] = {1, 3, 9, 27, 81};
-    bool rate_held = false;
-    for (size_t k = 0; k < sizeof ds / sizeof ds[0] && !rate_held; k++) {
-        int64_t d = ds[k] * CHIME_MSEC;
-        chime_pool *p = pool_with(1);
-        runs r;
-        runs_init(&r, 8);
-        chime_task *h = NULL;
-        int64_t t0 = chime_now_ns();
-        cr_assert_eq(
-            chime_pool_schedule_at_fixed_rate(p, runs_fn, &r, 0, d, &h), 0);
-        cr_assert(t_latch_wait(&r.done, T_LONG_NS));
-        int64_t elapsed = atomic_load(&r.start[7]) - t0;
-        cr_assert_geq(elapsed, 7 * d, "8 runs at rate %lld ns took %lld",
-                      (long long)d, (long long)elapsed);
-        if (elapsed <= 8 * d)
-            rate_held = true;
-        cr_assert_eq(chime_task_cancel(h, 0), 0);
-        chime_task_release(h);
-        cr_assert_eq(chime_pool_destroy(p), 0);
-        cr_assert_eq(atomic_load(&r.max_in_flight), 1);
-        t_latch_destroy(&r.done);
-    }
-    cr_assert(rate_held, "no period kept its rate");
+    sequence_keeps_its_period(true);
 }
 
 /* B7 */
 Test(basic, fixed_delay_sequence_keeps_its_delay)
 {
-    static const int64_t ds[] = {1, 3, 9, 27, 81};
-    bool delay_held = false;
-    for (size_t k = 0; k < sizeof ds / sizeof ds[0] && !delay_held; k++) {
-        int64_t d = ds[k] * CHIME_MSEC;
-        chime_pool *p = pool_with(1);
-        runs r;
-        runs_init(&r, 8);
-        chime_task *h = NULL;
-        int64_t t0 = chime_now_ns();
-        cr_assert_eq(
-            chime_pool_schedule_with_fixed_delay(p, runs_fn, &r, 0, d, &h), 0);
-        cr_assert(t_latch_wait(&r.done, T_LONG_NS));
-        cr_assert_eq(chime_task_cancel(h, 0), 0);
-        chime_task_release(h);
-        cr_assert_eq(chime_pool_destroy(p), 0);
-        bool all_tight = true;
-        for (int i = 0; i < 7; i++) {
-            int64_t gap =
-                atomic_load(&r.start[i + 1]) - atomic_load(&r.start[i]);
-            cr_assert_geq(gap, d, "gap %d is %lld < %lld", i, (long long)gap,
-                          (long long)d);
-            if (gap >= 2 * d)
-                all_tight = false;
-        }
-        cr_assert_geq(atomic_load(&r.start[7]) - t0, 7 * d);
-        if (all_tight)
-            delay_held = true;
-        t_latch_destroy(&r.done);
-    }
-    cr_assert(delay_held, "no delay kept every gap below 2*delay");
+    sequence_keeps_its_period(false);
 }
 
 /* B8 */
@@ -421,27 +359,15 @@ Test(basic, pool_stays_usable_after_a_failure)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-static atomic_int reject_calls;
-
-static int
-count_reject(chime_pool *pool, chime_task *task, int reason, void *ctx)
-{
-    (void)pool;
-    (void)task;
-    (void)ctx;
-    atomic_fetch_add(&reject_calls, 1);
-    return reason;
-}
-
 /* B13 */
 Test(basic, null_callback_or_pool_is_invalid_and_queues_nothing)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
+    atomic_int reject_calls = 0;
+    chime_pool_options o = t_options(1);
     o.reject_policy = CHIME_REJECT_CALL;
-    o.on_reject = count_reject;
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
+    o.on_reject = t_count_reject;
+    o.reject_ctx = &reject_calls;
+    chime_pool *p = pool_opts(&o);
     atomic_int n = 0;
     chime_task *h = (chime_task *)&n; /* must be reset to NULL */
 
@@ -513,16 +439,15 @@ Test(basic, zero_and_negative_delays_run_immediately)
 {
     chime_pool *p = pool_with(1);
     t_latch gate;
-    t_latch_init(&gate, 1);
-    chime_task *blocker = NULL, *zero = NULL, *neg = NULL;
+    chime_task *zero = NULL, *neg = NULL;
     /* keep the only worker busy so both stay queued while we look */
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
-    cr_assert(T_WAIT_UNTIL(chime_task_get_state(blocker) == CHIME_TASK_RUNNING,
-                           T_LONG_NS));
-    order_log log = {0};
-    order_item a = {&log, 0}, b = {&log, 1};
-    cr_assert_eq(chime_pool_schedule(p, order_fn, &a, 0, &zero), 0);
-    cr_assert_eq(chime_pool_schedule(p, order_fn, &b, -5 * CHIME_SEC, &neg), 0);
+    chime_task *blocker = t_block_worker(p, &gate);
+    order_log log;
+    order_init(&log);
+    cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[0], 0, &zero), 0);
+    cr_assert_eq(
+        chime_pool_schedule(p, order_fn, &log.item[1], -5 * CHIME_SEC, &neg),
+        0);
     cr_assert_eq(chime_task_get_state(zero), CHIME_TASK_PENDING);
     cr_assert_eq(chime_task_get_state(neg), CHIME_TASK_PENDING);
     cr_assert_leq(chime_task_remaining(zero), 0);
@@ -535,14 +460,12 @@ Test(basic, zero_and_negative_delays_run_immediately)
     int64_t t0 = chime_now_ns();
     cr_assert_eq(chime_task_wait(zero, T_LONG_NS, NULL), 0);
     cr_assert_eq(chime_task_wait(neg, T_LONG_NS, NULL), 0);
-    cr_assert_lt(chime_now_ns() - t0, UPPER_NS);
+    cr_assert_lt(chime_now_ns() - t0, T_UPPER_NS);
     /* clamped to "now", so the later submission runs later */
     cr_assert_eq(atomic_load(&log.n), 2);
     cr_assert_eq(atomic_load(&log.ids[0]), 0);
     cr_assert_eq(atomic_load(&log.ids[1]), 1);
-    chime_task_release(blocker);
-    chime_task_release(zero);
-    chime_task_release(neg);
+    T_RELEASE(blocker, zero, neg);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_latch_destroy(&gate);
 }
@@ -553,17 +476,15 @@ Test(basic, immediate_task_is_due_at_submission)
 {
     chime_pool *p = pool_with(1);
     t_latch gate;
-    t_latch_init(&gate, 1);
-    chime_task *blocker = NULL, *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
+    chime_task *h = NULL;
+    chime_task *blocker = t_block_worker(p, &gate);
     atomic_int n = 0;
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 0, &h), 0);
     cr_assert_leq(chime_task_remaining(h), 0);
     t_latch_count_down(&gate);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
     cr_assert_eq(chime_task_remaining(h), 0, "completed task: 0");
-    chime_task_release(blocker);
-    chime_task_release(h);
+    T_RELEASE(blocker, h);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_latch_destroy(&gate);
 }
@@ -576,27 +497,20 @@ Test(basic, equal_deadlines_run_in_submission_order)
     enum { K = 20 };
     chime_pool *p = pool_with(1);
     t_latch gate;
-    t_latch_init(&gate, 1);
-    chime_task *blocker = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
-    cr_assert(T_WAIT_UNTIL(chime_task_get_state(blocker) == CHIME_TASK_RUNNING,
-                           T_LONG_NS));
-    order_log log = {0};
-    order_item items[K];
+    chime_task *blocker = t_block_worker(p, &gate);
+    order_log log;
+    order_init(&log);
     chime_task *h[K];
-    for (int i = 0; i < K; i++) {
-        items[i] = (order_item){&log, i};
-        cr_assert_eq(chime_pool_schedule(p, order_fn, &items[i], 0, &h[i]), 0);
-    }
-    t_latch_count_down(&gate);
     for (int i = 0; i < K; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+        cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[i], 0, &h[i]),
+                     0);
+    t_latch_count_down(&gate);
+    t_wait_all(h, K, T_LONG_NS, 0);
     cr_assert_eq(atomic_load(&log.n), K);
     for (int i = 0; i < K; i++)
         cr_assert_eq(atomic_load(&log.ids[i]), i, "position %d ran task %d", i,
                      atomic_load(&log.ids[i]));
-    for (int i = 0; i < K; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, K);
     chime_task_release(blocker);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_latch_destroy(&gate);
@@ -612,20 +526,19 @@ Test(basic, tasks_run_in_order_of_their_delays)
     enum { K = 5 };
     chime_pool *p = pool_with(1);
     cr_assert_eq(chime_pool_prestart(p), 1);
-    order_log log = {0};
-    order_item items[K];
+    order_log log;
+    order_init(&log);
     chime_task *h[K];
     int64_t lo[K], hi[K];
     for (int i = 0; i < K; i++) {
         /* delays 50, 40, 30, 20, 10 ms */
         int64_t d = (K - i) * 10 * CHIME_MSEC;
-        items[i] = (order_item){&log, i};
         lo[i] = chime_now_ns() + d;
-        cr_assert_eq(chime_pool_schedule(p, order_fn, &items[i], d, &h[i]), 0);
+        cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[i], d, &h[i]),
+                     0);
         hi[i] = chime_now_ns() + d;
     }
-    for (int i = 0; i < K; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, K, T_LONG_NS, 0);
     int pos[K];
     for (int i = 0; i < K; i++)
         pos[atomic_load(&log.ids[i])] = i;
@@ -642,8 +555,7 @@ Test(basic, tasks_run_in_order_of_their_delays)
         }
     }
     cr_assert_gt(checked, 0, "submissions too slow to compare any pair");
-    for (int i = 0; i < K; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, K);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
@@ -666,7 +578,7 @@ Test(basic, earlier_new_head_wakes_a_sleeping_worker)
                  "new head did not wake the worker");
     int64_t ran = atomic_load(&s.at) - t0;
     cr_assert_geq(ran, 10 * CHIME_MSEC);
-    cr_assert_lt(ran, UPPER_NS);
+    cr_assert_lt(ran, T_UPPER_NS);
     cr_assert_eq(atomic_load(&far_runs), 0);
     cr_assert_eq(chime_task_get_state(far), CHIME_TASK_PENDING);
     chime_task_release(near);
@@ -727,20 +639,9 @@ Test(basic, late_fixed_rate_runs_never_overlap_and_never_run_early)
 {
     const int64_t period = 10 * CHIME_MSEC;
     enum { N = 8 };
-    chime_pool *p = pool_with(4);
     runs r;
-    runs_init(&r, N);
-    r.first_work_ns = 35 * CHIME_MSEC;
-    chime_task *h = NULL;
-    int64_t t0 = chime_now_ns();
-    cr_assert_eq(
-        chime_pool_schedule_at_fixed_rate(p, runs_fn, &r, 0, period, &h), 0);
-    cr_assert(t_latch_wait(&r.done, T_LONG_NS));
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-
-    cr_assert_eq(atomic_load(&r.max_in_flight), 1, "two runs overlapped");
+    runs_init(&r, N, 35 * CHIME_MSEC, 0);
+    int64_t t0 = run_periodic(4, true, &r, 0, period);
     int64_t end0 = atomic_load(&r.end[0]);
     cr_assert_geq(end0 - atomic_load(&r.start[0]), 35 * CHIME_MSEC);
     for (int k = 1; k < N; k++) {
@@ -750,7 +651,7 @@ Test(basic, late_fixed_rate_runs_never_overlap_and_never_run_early)
         /* and never before the previous run ended */
         cr_assert_geq(st, atomic_load(&r.end[k - 1]));
     }
-    cr_assert_lt(atomic_load(&r.start[N - 1]) - t0, UPPER_NS);
+    cr_assert_lt(atomic_load(&r.start[N - 1]) - t0, T_UPPER_NS);
     t_latch_destroy(&r.done);
 }
 
@@ -759,23 +660,14 @@ Test(basic, slow_fixed_delay_task_waits_the_delay_after_each_run)
 {
     const int64_t delay = 10 * CHIME_MSEC;
     enum { N = 3 };
-    chime_pool *p = pool_with(4);
     runs r;
-    runs_init(&r, N);
-    r.work_ns = 35 * CHIME_MSEC;
-    chime_task *h = NULL;
-    cr_assert_eq(
-        chime_pool_schedule_with_fixed_delay(p, runs_fn, &r, 0, delay, &h), 0);
-    cr_assert(t_latch_wait(&r.done, T_LONG_NS));
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&r.max_in_flight), 1, "two runs overlapped");
+    runs_init(&r, N, 0, 35 * CHIME_MSEC);
+    run_periodic(4, false, &r, 0, delay);
     for (int k = 1; k < N; k++) {
         int64_t gap = atomic_load(&r.start[k]) - atomic_load(&r.end[k - 1]);
         cr_assert_geq(gap, delay, "run %d started %lld ns after the end", k,
                       (long long)gap);
-        cr_assert_lt(gap, UPPER_NS);
+        cr_assert_lt(gap, T_UPPER_NS);
     }
     t_latch_destroy(&r.done);
 }

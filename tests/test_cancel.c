@@ -9,84 +9,12 @@
 
 #include "support.h"
 
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 TestSuite(cancel, .timeout = 10);
-
-#define START (1000 * CHIME_SEC)
-#define QUIET_NS (30 * CHIME_MSEC)
-#define UPPER_NS (5 * CHIME_SEC)
-#define FAR (60 * CHIME_SEC)
-
-/* ---- helpers ------------------------------------------------------------ */
-
-static chime_pool *
-pool_opts(chime_pool_options *o)
-{
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(o, &p), 0);
-    cr_assert_not_null(p);
-    return p;
-}
-
-static chime_pool *
-pool_with(unsigned threads)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    return pool_opts(&o);
-}
-
-static chime_pool *
-vpool(unsigned threads, t_clock *c)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    t_clock_options(&o, c, START);
-    return pool_opts(&o);
-}
-
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats s;
-    cr_assert_eq(chime_pool_get_stats(p, &s), 0);
-    return s;
-}
-
-/* True if n stays at `value` for QUIET_NS of real time. */
-static bool
-stays(atomic_int *n, int value)
-{
-    return !T_WAIT_UNTIL(atomic_load(n) != value, QUIET_NS);
-}
-
-#define ORDER_MAX 256
-typedef struct order_log {
-    atomic_int n;
-    atomic_int ids[ORDER_MAX];
-} order_log;
-
-typedef struct order_item {
-    order_log *log;
-    int id;
-} order_item;
-
-static int
-order_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    order_item *it = arg;
-    int i = atomic_fetch_add(&it->log->n, 1);
-    if (i < ORDER_MAX)
-        atomic_store(&it->log->ids[i], it->id);
-    return 0;
-}
 
 /* A controllable body: counts runs; on run number `block_on` (1-based) it
  * signals `started` and blocks on `gate`; on run `cancel_self_on` it
@@ -150,6 +78,73 @@ ctl_fn(chime_task *self, void *arg, void **result)
     return rc;
 }
 
+/* The frame of a test around one ctl task: its pool (a manual-clock pool
+ * uses clk), the body's control c, and the task's handle h. */
+typedef struct fx {
+    t_clock clk;
+    chime_pool *p;
+    ctl c;
+    chime_task *h;
+} fx;
+
+/* A fx on a virtual-clock pool of `threads` workers. */
+static void
+fx_virtual(fx *f, unsigned threads)
+{
+    f->p = vpool(threads, &f->clk);
+    ctl_init(&f->c);
+    f->h = NULL;
+}
+
+/* Releases the handle, destroys the pool (joining every worker), then the
+ * control. */
+static void
+fx_done(fx *f)
+{
+    chime_task_release(f->h);
+    cr_assert_eq(chime_pool_destroy(f->p), 0);
+    ctl_destroy(&f->c);
+}
+
+/* Three tasks that completed each way: done (the only run of `n`), failed
+ * with `cause`, and cancelled before it was due. */
+typedef struct completed {
+    atomic_int n;
+    int cause;
+    chime_task *done, *failed, *cancelled;
+} completed;
+
+static void
+completed_make(completed *c, chime_pool *p, int cause)
+{
+    atomic_init(&c->n, 0);
+    c->cause = cause;
+    c->done = c->failed = c->cancelled = NULL;
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &c->n, 0, &c->done), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_fail_fn, &c->cause, 0, &c->failed),
+                 0);
+    cr_assert_eq(
+        chime_pool_schedule(p, t_count_fn, &c->n, T_FAR_NS, &c->cancelled), 0);
+    cr_assert_eq(chime_task_wait(c->done, T_LONG_NS, NULL), 0);
+    cr_assert_eq(chime_task_wait(c->failed, T_LONG_NS, NULL), CHIME_EFAILED);
+    cr_assert_eq(chime_task_cancel(c->cancelled, 0), 0);
+}
+
+/* The outcomes did not change; releases the handles. */
+static void
+completed_check_release(completed *c)
+{
+    cr_assert_eq(chime_task_get_state(c->done), CHIME_TASK_DONE);
+    cr_assert_not(chime_task_is_cancelled(c->done));
+    cr_assert_eq(chime_task_get_state(c->failed), CHIME_TASK_FAILED);
+    cr_assert_eq(chime_task_error(c->failed), c->cause);
+    cr_assert_eq(chime_task_get_state(c->cancelled), CHIME_TASK_CANCELLED);
+    cr_assert_eq(atomic_load(&c->n), 1);
+    chime_task_release(c->done);
+    chime_task_release(c->failed);
+    chime_task_release(c->cancelled);
+}
+
 /* ---- cancellation ------------------------------------------------------- */
 
 /* B27 */
@@ -158,7 +153,7 @@ Test(cancel, queued_one_shot_cancel_completes_it_at_once)
     chime_pool *p = pool_with(1);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &h), 0);
     cr_assert_eq(chime_task_cancel(h, 0), 0);
     cr_assert(chime_task_is_cancelled(h));
     cr_assert(chime_task_is_done(h));
@@ -168,7 +163,7 @@ Test(cancel, queued_one_shot_cancel_completes_it_at_once)
     cr_assert_eq(chime_task_wait(h, CHIME_FOREVER, NULL), -ECANCELED);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), -ECANCELED);
     cr_assert_eq(chime_task_wait(h, 0, NULL), -ECANCELED);
-    cr_assert_lt(chime_now_ns() - t0, UPPER_NS);
+    cr_assert_lt(chime_now_ns() - t0, T_UPPER_NS);
     cr_assert_eq(stats_of(p).cancelled, 1);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&n), 0, "a cancelled task ran");
@@ -180,60 +175,42 @@ static int marker;
 /* B28 */
 Test(cancel, cancelling_a_running_one_shot_discards_its_result)
 {
-    chime_pool *p = pool_with(1);
-    ctl c;
-    ctl_init(&c);
-    c.block_on = 1;
-    c.result = &marker;
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, ctl_fn, &c, 0, &h), 0);
-    cr_assert(t_latch_wait(&c.started, T_LONG_NS));
-    cr_assert_eq(chime_task_get_state(h), CHIME_TASK_RUNNING);
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
+    fx f = {.p = pool_with(1)};
+    ctl_init(&f.c);
+    f.c.block_on = 1;
+    f.c.result = &marker;
+    cr_assert_eq(chime_pool_schedule(f.p, ctl_fn, &f.c, 0, &f.h), 0);
+    cr_assert(t_latch_wait(&f.c.started, T_LONG_NS));
+    cr_assert_eq(chime_task_get_state(f.h), CHIME_TASK_RUNNING);
+    cr_assert_eq(chime_task_cancel(f.h, 0), 0);
     /* the body is still blocked: the wait must not depend on it */
     void *r = NULL;
-    cr_assert_eq(chime_task_wait(h, CHIME_FOREVER, &r), -ECANCELED);
-    cr_assert(chime_task_is_cancelled(h));
-    cr_assert_eq(atomic_load(&c.n), 0, "the body finished before the cancel");
-    t_latch_count_down(&c.gate);
-    cr_assert(T_WAIT_UNTIL(atomic_load(&c.n) == 1 && stats_of(p).running == 0,
-                           T_LONG_NS));
+    cr_assert_eq(chime_task_wait(f.h, CHIME_FOREVER, &r), -ECANCELED);
+    cr_assert(chime_task_is_cancelled(f.h));
+    cr_assert_eq(atomic_load(&f.c.n), 0, "the body finished before the cancel");
+    t_latch_count_down(&f.c.gate);
+    cr_assert(T_WAIT_UNTIL(
+        atomic_load(&f.c.n) == 1 && stats_of(f.p).running == 0, T_LONG_NS));
     /* the run's result is discarded: still cancelled */
-    cr_assert_eq(chime_task_get_state(h), CHIME_TASK_CANCELLED);
-    cr_assert_eq(chime_task_error(h), -ECANCELED);
-    cr_assert_eq(chime_task_wait(h, 0, &r), -ECANCELED);
+    cr_assert_eq(chime_task_get_state(f.h), CHIME_TASK_CANCELLED);
+    cr_assert_eq(chime_task_error(f.h), -ECANCELED);
+    cr_assert_eq(chime_task_wait(f.h, 0, &r), -ECANCELED);
     cr_assert_null(r);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    ctl_destroy(&c);
+    fx_done(&f);
 }
 
 /* B29 */
 Test(cancel, cancel_after_completion_reports_ealready)
 {
     chime_pool *p = pool_with(1);
-    atomic_int n = 0;
-    int cause = -EIO;
-    chime_task *done = NULL, *failed = NULL, *cancelled = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 0, &done), 0);
-    cr_assert_eq(chime_pool_schedule(p, t_fail_fn, &cause, 0, &failed), 0);
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &cancelled), 0);
-    cr_assert_eq(chime_task_wait(done, T_LONG_NS, NULL), 0);
-    cr_assert_eq(chime_task_wait(failed, T_LONG_NS, NULL), CHIME_EFAILED);
-    cr_assert_eq(chime_task_cancel(done, 0), -EALREADY);
-    cr_assert_eq(chime_task_cancel(done, CHIME_CANCEL_INTERRUPT), -EALREADY);
-    cr_assert_eq(chime_task_cancel(failed, 0), -EALREADY);
-    cr_assert_eq(chime_task_cancel(cancelled, 0), 0);
-    cr_assert_eq(chime_task_cancel(cancelled, 0), -EALREADY);
-    /* the outcome did not change */
-    cr_assert_eq(chime_task_get_state(done), CHIME_TASK_DONE);
-    cr_assert_eq(chime_task_get_state(failed), CHIME_TASK_FAILED);
-    cr_assert_eq(chime_task_error(failed), -EIO);
-    cr_assert_not(chime_task_is_cancelled(done));
+    completed c;
+    completed_make(&c, p, -EIO);
+    cr_assert_eq(chime_task_cancel(c.done, 0), -EALREADY);
+    cr_assert_eq(chime_task_cancel(c.done, CHIME_CANCEL_INTERRUPT), -EALREADY);
+    cr_assert_eq(chime_task_cancel(c.failed, 0), -EALREADY);
+    cr_assert_eq(chime_task_cancel(c.cancelled, 0), -EALREADY);
     cr_assert_eq(stats_of(p).cancelled, 1);
-    chime_task_release(done);
-    chime_task_release(failed);
-    chime_task_release(cancelled);
+    completed_check_release(&c);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
@@ -242,7 +219,7 @@ Test(cancel, cancel_rejects_bad_arguments)
     chime_pool *p = pool_with(1);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &h), 0);
     cr_assert_eq(chime_task_cancel(NULL, 0), -EINVAL);
     cr_assert_eq(chime_task_cancel(h, 0x80u), -EINVAL);
     cr_assert_eq(chime_task_get_state(h), CHIME_TASK_PENDING,
@@ -255,58 +232,18 @@ Test(cancel, cancel_rejects_bad_arguments)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-typedef struct sleeper {
-    t_latch started;
-    atomic_int rc;          /* chime_task_sleep result; 1 = not yet */
-    atomic_int interrupted; /* chime_task_interrupted(self) afterwards */
-    atomic_llong slept;
-} sleeper;
-
-static void
-sleeper_init(sleeper *s)
-{
-    t_latch_init(&s->started, 1);
-    atomic_store(&s->rc, 1);
-    atomic_store(&s->interrupted, -1);
-    atomic_store(&s->slept, 0);
-}
-
-static int
-sleeper_fn(chime_task *self, void *arg, void **result)
-{
-    (void)result;
-    sleeper *s = arg;
-    t_latch_count_down(&s->started);
-    int64_t t0 = chime_now_ns();
-    int rc = chime_task_sleep(self, T_LONG_NS);
-    atomic_store(&s->slept, chime_now_ns() - t0);
-    atomic_store(&s->interrupted, chime_task_interrupted(self));
-    atomic_store(&s->rc, rc);
-    return 0;
-}
-
-/* Records whether it starts interrupted and what a short sleep returns. */
-static int
-fresh_fn(chime_task *self, void *arg, void **result)
-{
-    (void)result;
-    sleeper *s = arg;
-    atomic_store(&s->interrupted, chime_task_interrupted(self));
-    atomic_store(&s->rc, chime_task_sleep(self, CHIME_MSEC));
-    return 0;
-}
-
 /* B30 */
 Test(cancel, interrupting_cancel_ends_the_sleep_and_does_not_leak)
 {
     chime_pool *p = pool_with(1);
-    sleeper s, next;
-    sleeper_init(&s);
-    sleeper_init(&next);
+    /* s sleeps T_LONG_NS; next, queued behind it on the same (only)
+     * worker, sleeps 1 ms. */
+    t_sleeper s, next;
+    t_sleeper_init(&s, 1, T_LONG_NS);
+    t_sleeper_init(&next, 1, CHIME_MSEC);
     chime_task *h = NULL, *h2 = NULL;
-    cr_assert_eq(chime_pool_schedule(p, sleeper_fn, &s, 0, &h), 0);
-    /* queued behind it, on the same (only) worker */
-    cr_assert_eq(chime_pool_schedule(p, fresh_fn, &next, 0, &h2), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_sleeper_fn, &s, 0, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_sleeper_fn, &next, 0, &h2), 0);
     cr_assert(t_latch_wait(&s.started, T_LONG_NS));
     cr_assert_not(chime_task_interrupted(h));
     cr_assert_eq(chime_task_cancel(h, CHIME_CANCEL_INTERRUPT), 0);
@@ -316,7 +253,7 @@ Test(cancel, interrupting_cancel_ends_the_sleep_and_does_not_leak)
               "the sleep was not interrupted");
     cr_assert_eq(atomic_load(&s.rc), -EINTR);
     cr_assert_eq(atomic_load(&s.interrupted), 1);
-    cr_assert_lt(atomic_load(&s.slept), UPPER_NS);
+    cr_assert_lt(atomic_load(&s.slept), T_UPPER_NS);
 
     cr_assert_eq(chime_task_wait(h2, T_LONG_NS, NULL), 0);
     cr_assert_eq(atomic_load(&next.interrupted), 0, "stale interrupt");
@@ -324,17 +261,17 @@ Test(cancel, interrupting_cancel_ends_the_sleep_and_does_not_leak)
     chime_task_release(h);
     chime_task_release(h2);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    t_latch_destroy(&s.started);
-    t_latch_destroy(&next.started);
+    t_sleeper_destroy(&s);
+    t_sleeper_destroy(&next);
 }
 
 Test(cancel, plain_cancel_ends_a_sleep_without_flagging_an_interrupt)
 {
     chime_pool *p = pool_with(1);
-    sleeper s;
-    sleeper_init(&s);
+    t_sleeper s;
+    t_sleeper_init(&s, 1, T_LONG_NS);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, sleeper_fn, &s, 0, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_sleeper_fn, &s, 0, &h), 0);
     cr_assert(t_latch_wait(&s.started, T_LONG_NS));
     cr_assert_eq(chime_task_cancel(h, 0), 0);
     cr_assert(T_WAIT_UNTIL(atomic_load(&s.rc) != 1, T_LONG_NS),
@@ -344,7 +281,7 @@ Test(cancel, plain_cancel_ends_a_sleep_without_flagging_an_interrupt)
     cr_assert_not(chime_task_interrupted(h));
     chime_task_release(h);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    t_latch_destroy(&s.started);
+    t_sleeper_destroy(&s);
 }
 
 typedef struct poller {
@@ -352,6 +289,7 @@ typedef struct poller {
     atomic_int seen; /* -1 running, 0 timed out, 1 saw the interrupt */
 } poller;
 
+/* Polls its interrupt flag (bounded) after it started. */
 static int
 polls_interrupt_fn(chime_task *self, void *arg, void **result)
 {
@@ -383,82 +321,72 @@ Test(cancel, running_callback_sees_a_cooperative_interrupt)
 /* B31 */
 Test(cancel, periodic_cancelled_while_running_never_runs_again)
 {
-    t_clock clk;
-    chime_pool *p = vpool(2, &clk);
-    ctl c;
-    ctl_init(&c);
-    c.block_on = 2;
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, ctl_fn, &c, 0,
-                                                   10 * CHIME_MSEC, &h),
+    fx f;
+    fx_virtual(&f, 2);
+    f.c.block_on = 2;
+    cr_assert_eq(chime_pool_schedule_at_fixed_rate(f.p, ctl_fn, &f.c, 0,
+                                                   10 * CHIME_MSEC, &f.h),
                  0);
-    cr_assert(T_WAIT_UNTIL(atomic_load(&c.n) == 1 &&
-                               chime_task_get_state(h) == CHIME_TASK_PENDING,
-                           T_LONG_NS));
-    t_clock_advance(&clk, p, 10 * CHIME_MSEC);
-    cr_assert(t_latch_wait(&c.started, T_LONG_NS));
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    cr_assert_eq(chime_task_wait(h, CHIME_FOREVER, NULL), -ECANCELED);
-    t_latch_count_down(&c.gate);
-    cr_assert(T_WAIT_UNTIL(atomic_load(&c.n) == 2 && stats_of(p).running == 0,
-                           T_LONG_NS));
-    cr_assert_eq(stats_of(p).pending, 0, "a cancelled periodic was requeued");
-    t_clock_advance(&clk, p, 100 * CHIME_MSEC);
-    cr_assert(stays(&c.n, 2), "ran after its cancel");
-    cr_assert(chime_task_is_cancelled(h));
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&c.n), 2);
-    ctl_destroy(&c);
+    cr_assert(t_requeued(&f.c.n, f.h, 1));
+    t_clock_advance(&f.clk, f.p, 10 * CHIME_MSEC);
+    cr_assert(t_latch_wait(&f.c.started, T_LONG_NS));
+    cr_assert_eq(chime_task_cancel(f.h, 0), 0);
+    cr_assert_eq(chime_task_wait(f.h, CHIME_FOREVER, NULL), -ECANCELED);
+    t_latch_count_down(&f.c.gate);
+    cr_assert(T_WAIT_UNTIL(
+        atomic_load(&f.c.n) == 2 && stats_of(f.p).running == 0, T_LONG_NS));
+    cr_assert_eq(stats_of(f.p).pending, 0, "a cancelled periodic was requeued");
+    t_clock_advance(&f.clk, f.p, 100 * CHIME_MSEC);
+    cr_assert(t_stays(&f.c.n, 2), "ran after its cancel");
+    cr_assert(chime_task_is_cancelled(f.h));
+    fx_done(&f);
+    cr_assert_eq(atomic_load(&f.c.n), 2);
 }
 
 /* B31 */
 Test(cancel, periodic_cancelling_itself_never_runs_again)
 {
-    for (int kind = 0; kind < 2; kind++) {
-        t_clock clk;
-        chime_pool *p = vpool(2, &clk);
-        ctl c;
-        ctl_init(&c);
-        c.cancel_self_on = 3;
-        chime_task *h = NULL;
-        int rc = kind == 0 ? chime_pool_schedule_at_fixed_rate(
-                                 p, ctl_fn, &c, 0, 10 * CHIME_MSEC, &h)
-                           : chime_pool_schedule_with_fixed_delay(
-                                 p, ctl_fn, &c, 0, 10 * CHIME_MSEC, &h);
-        cr_assert_eq(rc, 0);
+    for (int rate = 1; rate >= 0; rate--) {
+        fx f;
+        fx_virtual(&f, 2);
+        f.c.cancel_self_on = 3;
+        cr_assert_eq(t_schedule_periodic(f.p, rate, ctl_fn, &f.c, 0,
+                                         10 * CHIME_MSEC, &f.h),
+                     0);
         for (int k = 1; k <= 2; k++) {
-            cr_assert(
-                T_WAIT_UNTIL(atomic_load(&c.n) == k &&
-                                 chime_task_get_state(h) == CHIME_TASK_PENDING,
-                             T_LONG_NS));
-            t_clock_advance(&clk, p, 10 * CHIME_MSEC);
+            cr_assert(t_requeued(&f.c.n, f.h, k));
+            t_clock_advance(&f.clk, f.p, 10 * CHIME_MSEC);
         }
-        cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), -ECANCELED);
+        cr_assert_eq(chime_task_wait(f.h, T_LONG_NS, NULL), -ECANCELED);
         /* the wait ends at the cancel, before the callback has returned */
-        cr_assert(T_WAIT_UNTIL(atomic_load(&c.self_rc) != 1, T_LONG_NS));
-        cr_assert_eq(atomic_load(&c.self_rc), 0);
-        cr_assert(T_WAIT_UNTIL(stats_of(p).running == 0, T_LONG_NS));
-        t_clock_advance(&clk, p, 100 * CHIME_MSEC);
-        cr_assert(stays(&c.n, 3), "ran after cancelling itself");
-        cr_assert_eq(stats_of(p).pending, 0);
-        chime_task_release(h);
-        cr_assert_eq(chime_pool_destroy(p), 0);
-        cr_assert_eq(atomic_load(&c.n), 3);
-        ctl_destroy(&c);
+        cr_assert(T_WAIT_UNTIL(atomic_load(&f.c.self_rc) != 1, T_LONG_NS));
+        cr_assert_eq(atomic_load(&f.c.self_rc), 0);
+        cr_assert(T_WAIT_UNTIL(stats_of(f.p).running == 0, T_LONG_NS));
+        t_clock_advance(&f.clk, f.p, 100 * CHIME_MSEC);
+        cr_assert(t_stays(&f.c.n, 3), "ran after cancelling itself");
+        cr_assert_eq(stats_of(f.p).pending, 0);
+        fx_done(&f);
+        cr_assert_eq(atomic_load(&f.c.n), 3);
     }
 }
 
 /* ---- remove on cancel, purge -------------------------------------------- */
 
+/* Options of a one-worker pool that keeps cancelled tasks queued. */
+static chime_pool_options
+retaining(void)
+{
+    chime_pool_options o = t_options(1);
+    o.remove_on_cancel = false;
+    return o;
+}
+
 /* B32 */
 Test(cancel, cancelled_task_is_retained_when_remove_on_cancel_is_off)
 {
     t_clock clk;
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.remove_on_cancel = false;
-    t_clock_options(&o, &clk, START);
+    chime_pool_options o = retaining();
+    t_clock_options(&o, &clk, T_START_NS);
     chime_pool *p = pool_opts(&o);
     cr_assert_not(chime_pool_remove_on_cancel(p));
     atomic_int n = 0;
@@ -487,8 +415,8 @@ Test(cancel, cancelled_task_is_removed_at_once_by_default)
     cr_assert(chime_pool_remove_on_cancel(p));
     atomic_int n = 0;
     chime_task *h = NULL, *other = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &h), 0);
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &other), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &other), 0);
     cr_assert_eq(stats_of(p).pending, 2);
     cr_assert(chime_pool_contains(p, h));
     cr_assert_eq(chime_task_cancel(h, 0), 0);
@@ -536,9 +464,7 @@ Test(cancel, cancel_storm_keeps_the_queue_bounded)
 /* B35 */
 Test(cancel, purge_drops_only_the_cancelled_tasks)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.remove_on_cancel = false;
+    chime_pool_options o = retaining();
     chime_pool *p = pool_opts(&o);
     atomic_int n = 0;
     chime_task *h[5];
@@ -554,8 +480,7 @@ Test(cancel, purge_drops_only_the_cancelled_tasks)
     for (int i = 0; i < 5; i++)
         cr_assert_eq(chime_pool_contains(p, h[i]), i != 1 && i != 3);
     cr_assert_eq(chime_pool_purge(NULL), -EINVAL);
-    for (int i = 0; i < 5; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, 5);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&n), 0);
 }
@@ -565,9 +490,7 @@ Test(cancel, purge_drops_only_the_cancelled_tasks)
 Test(cancel, purge_releases_every_cancelled_task)
 {
     enum { K = 100 };
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.remove_on_cancel = false;
+    chime_pool_options o = retaining();
     chime_pool *p = pool_opts(&o);
     atomic_int n = 0;
     chime_task *h[K];
@@ -591,70 +514,83 @@ Test(cancel, purge_releases_every_cancelled_task)
 
 /* ---- queue inspection and removal --------------------------------------- */
 
+/* On a one-worker pool: h[0] runs, blocked on *gate; h[1..4] count in *n,
+ * queued behind it, all due at +1 ms. */
+typedef struct queued5 {
+    chime_pool *p;
+    t_latch gate;
+    atomic_int n;
+    chime_task *h[5];
+} queued5;
+
+static void
+queued5_start(queued5 *q)
+{
+    q->p = pool_with(1);
+    t_latch_init(&q->gate, 1);
+    atomic_init(&q->n, 0);
+    cr_assert_eq(
+        chime_pool_schedule(q->p, t_block_fn, &q->gate, CHIME_MSEC, &q->h[0]),
+        0);
+    for (int i = 1; i < 5; i++)
+        cr_assert_eq(
+            chime_pool_schedule(q->p, t_count_fn, &q->n, CHIME_MSEC, &q->h[i]),
+            0);
+    cr_assert(T_WAIT_UNTIL(chime_task_get_state(q->h[0]) == CHIME_TASK_RUNNING,
+                           T_LONG_NS));
+}
+
+/* Releases the handles, destroys the pool; `runs` tasks counted. */
+static void
+queued5_end(queued5 *q, int runs)
+{
+    for (int i = 0; i < 5; i++)
+        chime_task_release(q->h[i]);
+    cr_assert_eq(chime_pool_destroy(q->p), 0);
+    cr_assert_eq(atomic_load(&q->n), runs);
+    t_latch_destroy(&q->gate);
+}
+
 /* B37 */
 Test(cancel, running_task_is_not_in_the_queue)
 {
-    chime_pool *p = pool_with(1);
-    t_latch gate;
-    t_latch_init(&gate, 1);
-    atomic_int n = 0;
-    chime_task *h[5];
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, CHIME_MSEC, &h[0]),
-                 0);
-    for (int i = 1; i < 5; i++)
-        cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, CHIME_MSEC, &h[i]),
-                     0);
-    cr_assert(T_WAIT_UNTIL(chime_task_get_state(h[0]) == CHIME_TASK_RUNNING,
-                           T_LONG_NS));
-    cr_assert(chime_pool_contains(p, h[4]));
-    cr_assert_not(chime_pool_contains(p, h[0]));
-    cr_assert_eq(stats_of(p).pending, 4);
-    t_latch_count_down(&gate);
+    queued5 q;
+    queued5_start(&q);
+    cr_assert(chime_pool_contains(q.p, q.h[4]));
+    cr_assert_not(chime_pool_contains(q.p, q.h[0]));
+    cr_assert_eq(stats_of(q.p).pending, 4);
+    t_latch_count_down(&q.gate);
     for (int i = 0; i < 5; i++) {
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
-        cr_assert_not(chime_pool_contains(p, h[i]));
-        chime_task_release(h[i]);
+        cr_assert_eq(chime_task_wait(q.h[i], T_LONG_NS, NULL), 0);
+        cr_assert_not(chime_pool_contains(q.p, q.h[i]));
     }
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&n), 4);
-    t_latch_destroy(&gate);
+    queued5_end(&q, 4);
 }
 
 /* B38 */
 Test(cancel, remove_takes_only_queued_tasks)
 {
-    chime_pool *p = pool_with(1);
-    t_latch gate;
-    t_latch_init(&gate, 1);
-    atomic_int n = 0;
-    chime_task *h[5];
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, CHIME_MSEC, &h[0]),
-                 0);
-    for (int i = 1; i < 5; i++)
-        cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, CHIME_MSEC, &h[i]),
-                     0);
-    cr_assert(T_WAIT_UNTIL(chime_task_get_state(h[0]) == CHIME_TASK_RUNNING,
-                           T_LONG_NS));
-    cr_assert_eq(chime_pool_remove(p, h[0]), -ENOENT, "removed a running task");
-    cr_assert_eq(chime_pool_remove(p, h[3]), 0);
-    cr_assert_eq(chime_pool_remove(p, h[3]), -ENOENT);
-    cr_assert_not(chime_pool_contains(p, h[3]));
-    cr_assert(chime_pool_contains(p, h[2]));
-    cr_assert_eq(chime_pool_remove(p, h[2]), 0);
+    queued5 q;
+    queued5_start(&q);
+    cr_assert_eq(chime_pool_remove(q.p, q.h[0]), -ENOENT,
+                 "removed a running task");
+    cr_assert_eq(chime_pool_remove(q.p, q.h[3]), 0);
+    cr_assert_eq(chime_pool_remove(q.p, q.h[3]), -ENOENT);
+    cr_assert_not(chime_pool_contains(q.p, q.h[3]));
+    cr_assert(chime_pool_contains(q.p, q.h[2]));
+    cr_assert_eq(chime_pool_remove(q.p, q.h[2]), 0);
     /* a removed task completes as cancelled */
-    cr_assert_eq(chime_task_wait(h[3], 0, NULL), -ECANCELED);
-    cr_assert_eq(chime_task_wait(h[2], 0, NULL), -ECANCELED);
-    cr_assert_eq(stats_of(p).pending, 2);
-    t_latch_count_down(&gate);
-    cr_assert_eq(chime_task_wait(h[0], T_LONG_NS, NULL), 0);
-    cr_assert_eq(chime_task_wait(h[1], T_LONG_NS, NULL), 0);
-    cr_assert_eq(chime_task_wait(h[4], T_LONG_NS, NULL), 0);
-    cr_assert_eq(chime_pool_remove(p, h[1]), -ENOENT, "removed a done task");
-    for (int i = 0; i < 5; i++)
-        chime_task_release(h[i]);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&n), 2);
-    t_latch_destroy(&gate);
+    cr_assert_eq(chime_task_wait(q.h[3], 0, NULL), -ECANCELED);
+    cr_assert_eq(chime_task_wait(q.h[2], 0, NULL), -ECANCELED);
+    cr_assert_eq(stats_of(q.p).pending, 2);
+    t_latch_count_down(&q.gate);
+    static const int kept[] = {0, 1, 4};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(chime_task_wait(q.h[kept[i]], T_LONG_NS, NULL), 0,
+                     "task %d", kept[i]);
+    cr_assert_eq(chime_pool_remove(q.p, q.h[1]), -ENOENT,
+                 "removed a done task");
+    queued5_end(&q, 2);
 }
 
 /* B39 */
@@ -663,7 +599,7 @@ Test(cancel, remove_ignores_another_pools_task)
     chime_pool *p1 = pool_with(1), *p2 = pool_with(1);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p2, t_count_fn, &n, FAR, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p2, t_count_fn, &n, T_FAR_NS, &h), 0);
     cr_assert_eq(chime_pool_remove(p1, h), -ENOENT);
     cr_assert_not(chime_pool_contains(p1, h));
     cr_assert(chime_pool_contains(p2, h));
@@ -679,6 +615,7 @@ Test(cancel, remove_ignores_another_pools_task)
 
 /* ---- periodic failure ---------------------------------------------------- */
 
+/* What on_error saw: its calls, the last error and task. */
 typedef struct error_log {
     atomic_int calls;
     atomic_int last_err;
@@ -698,46 +635,37 @@ on_error_hook(chime_pool *pool, chime_task *task, int err, void *ctx)
 /* B40 */
 Test(cancel, periodic_failure_stops_the_task_and_reports_its_cause)
 {
-    for (int kind = 0; kind < 2; kind++) {
+    for (int rate = 1; rate >= 0; rate--) {
         error_log e = {0};
-        chime_pool_options o;
-        chime_pool_options_init(&o);
-        o.threads = 2;
-        o.on_error = on_error_hook;
-        o.hook_ctx = &e;
-        chime_pool *p = pool_opts(&o);
-        ctl c;
-        ctl_init(&c);
-        c.fail_on = 3;
-        c.cause = -EPIPE;
-        chime_task *h = NULL;
-        int rc = kind == 0 ? chime_pool_schedule_at_fixed_rate(p, ctl_fn, &c, 0,
-                                                               CHIME_MSEC, &h)
-                           : chime_pool_schedule_with_fixed_delay(
-                                 p, ctl_fn, &c, 0, CHIME_MSEC, &h);
-        cr_assert_eq(rc, 0);
-        cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), CHIME_EFAILED);
-        cr_assert_eq(chime_task_error(h), -EPIPE);
-        cr_assert(chime_task_is_done(h));
-        cr_assert_not(chime_task_is_cancelled(h));
-        cr_assert_eq(chime_task_get_state(h), CHIME_TASK_FAILED);
+        chime_pool_options o = t_options(2);
+        t_set_hooks(&o, &(t_hooks){.error = on_error_hook}, &e);
+        fx f = {.p = pool_opts(&o)};
+        ctl_init(&f.c);
+        f.c.fail_on = 3;
+        f.c.cause = -EPIPE;
+        cr_assert_eq(
+            t_schedule_periodic(f.p, rate, ctl_fn, &f.c, 0, CHIME_MSEC, &f.h),
+            0);
+        cr_assert_eq(chime_task_wait(f.h, T_LONG_NS, NULL), CHIME_EFAILED);
+        cr_assert_eq(chime_task_error(f.h), -EPIPE);
+        cr_assert(chime_task_is_done(f.h));
+        cr_assert_not(chime_task_is_cancelled(f.h));
+        cr_assert_eq(chime_task_get_state(f.h), CHIME_TASK_FAILED);
         cr_assert(T_WAIT_UNTIL(atomic_load(&e.calls) >= 1, T_LONG_NS),
                   "on_error not called");
         cr_assert_eq(atomic_load(&e.last_err), -EPIPE);
-        cr_assert_eq(atomic_load(&e.last_task), h);
+        cr_assert_eq(atomic_load(&e.last_task), f.h);
 
         /* other tasks are unaffected */
         atomic_int n = 0;
         chime_task *other = NULL;
-        cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 0, &other), 0);
+        cr_assert_eq(chime_pool_schedule(f.p, t_count_fn, &n, 0, &other), 0);
         cr_assert_eq(chime_task_wait(other, T_LONG_NS, NULL), 0);
-        cr_assert_eq(stats_of(p).failed, 1);
+        cr_assert_eq(stats_of(f.p).failed, 1);
         chime_task_release(other);
-        chime_task_release(h);
-        cr_assert_eq(chime_pool_destroy(p), 0);
-        cr_assert_eq(atomic_load(&c.n), 3, "ran after failing");
+        fx_done(&f);
+        cr_assert_eq(atomic_load(&f.c.n), 3, "ran after failing");
         cr_assert_eq(atomic_load(&e.calls), 1);
-        ctl_destroy(&c);
     }
 }
 
@@ -764,82 +692,65 @@ Test(cancel, running_periodic_task_wait_times_out)
 
 /* ---- re-arm -------------------------------------------------------------- */
 
-Test(cancel, rearm_moves_a_pending_deadline_earlier)
+/* A one-shot due at +first is re-armed 5 ms later to `rearm` from then:
+ * `before` later it has not run (past its old deadline if that was
+ * earlier), at the new deadline it runs. */
+static void
+rearm_pending(int64_t first, int64_t rearm, int64_t before)
 {
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 100 * CHIME_MSEC, &h),
-                 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, first, &h), 0);
     t_clock_advance(&clk, p, 5 * CHIME_MSEC);
-    cr_assert_eq(chime_task_rearm(h, 10 * CHIME_MSEC), 0);
-    cr_assert_eq(chime_task_remaining(h), 10 * CHIME_MSEC);
-    t_clock_advance(&clk, p, 9 * CHIME_MSEC);
-    cr_assert_eq(chime_task_wait(h, QUIET_NS, NULL), -ETIMEDOUT);
-    t_clock_advance(&clk, p, CHIME_MSEC);
+    cr_assert_eq(chime_task_rearm(h, rearm), 0);
+    cr_assert_eq(chime_task_remaining(h), rearm);
+    t_clock_advance(&clk, p, before);
+    cr_assert_eq(chime_task_wait(h, T_QUIET_NS, NULL), -ETIMEDOUT,
+                 "ran before its new deadline");
+    cr_assert_eq(chime_task_get_state(h), CHIME_TASK_PENDING);
+    t_clock_advance(&clk, p, rearm - before);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
     cr_assert_eq(atomic_load(&n), 1);
     chime_task_release(h);
     cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+Test(cancel, rearm_moves_a_pending_deadline_earlier)
+{
+    rearm_pending(100 * CHIME_MSEC, 10 * CHIME_MSEC, 9 * CHIME_MSEC);
 }
 
 Test(cancel, rearm_moves_a_pending_deadline_later)
 {
-    t_clock clk;
-    chime_pool *p = vpool(1, &clk);
-    atomic_int n = 0;
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 10 * CHIME_MSEC, &h),
-                 0);
-    t_clock_advance(&clk, p, 5 * CHIME_MSEC);
-    cr_assert_eq(chime_task_rearm(h, 100 * CHIME_MSEC), 0);
-    cr_assert_eq(chime_task_remaining(h), 100 * CHIME_MSEC);
-    t_clock_advance(&clk, p, 50 * CHIME_MSEC); /* past the old deadline */
-    cr_assert_eq(chime_task_wait(h, QUIET_NS, NULL), -ETIMEDOUT,
-                 "ran at its old deadline");
-    cr_assert_eq(chime_task_get_state(h), CHIME_TASK_PENDING);
-    t_clock_advance(&clk, p, 50 * CHIME_MSEC);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&n), 1);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-}
-
-/* xorshift, seeded and printed */
-static uint32_t
-rnd(uint32_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 17;
-    *s ^= *s << 5;
-    return *s;
+    /* the old deadline (+10 ms) passes first */
+    rearm_pending(10 * CHIME_MSEC, 100 * CHIME_MSEC, 50 * CHIME_MSEC);
 }
 
 Test(cancel, rearm_keeps_the_queue_in_deadline_order)
 {
     enum { K = 128 };
-    uint32_t seed = (uint32_t)chime_now_ns() | 1u;
-    cr_log_info("seed %u", seed);
-    uint32_t s = seed;
-    t_clock clk;
-    chime_pool *p = vpool(1, &clk);
-    order_log log = {0};
-    order_item items[K];
-    chime_task *h[K];
+    uint64_t seed =
+        seed_from_env("cancel::rearm_keeps_the_queue_in_deadline_order");
+    uint64_t s = seed;
     int64_t fin[K]; /* final delay in ms: a permutation of 1..K */
     for (int i = 0; i < K; i++)
         fin[i] = i + 1;
     for (int i = K - 1; i > 0; i--) {
-        int j = (int)(rnd(&s) % (uint32_t)(i + 1));
+        int j = (int)(rnd(&s) % (uint64_t)(i + 1));
         int64_t t = fin[i];
         fin[i] = fin[j];
         fin[j] = t;
     }
+    t_clock clk;
+    chime_pool *p = vpool(1, &clk);
+    order_log log;
+    order_init(&log);
+    chime_task *h[K];
     for (int i = 0; i < K; i++) {
-        items[i] = (order_item){&log, i};
         int64_t first = (int64_t)(rnd(&s) % (2 * K)) * CHIME_MSEC;
-        cr_assert_eq(chime_pool_schedule(p, order_fn, &items[i],
+        cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[i],
                                          first + CHIME_MSEC, &h[i]),
                      0);
     }
@@ -859,18 +770,16 @@ Test(cancel, rearm_keeps_the_queue_in_deadline_order)
     for (int i = 0; i < K; i++)
         cr_assert_eq(chime_task_remaining(h[i]), fin[i] * CHIME_MSEC);
     t_clock_advance(&clk, p, (K + 1) * CHIME_MSEC);
-    for (int i = 0; i < K; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, K, T_LONG_NS, 0);
     cr_assert_eq(atomic_load(&log.n), K);
     for (int pos = 0; pos < K; pos++) {
         int id = atomic_load(&log.ids[pos]);
         cr_assert_eq(fin[id], pos + 1,
-                     "seed %u: position %d ran task %d due "
+                     "seed %" PRIu64 ": position %d ran task %d due "
                      "at %lld ms",
                      seed, pos, id, (long long)fin[id]);
     }
-    for (int i = 0; i < K; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, K);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
@@ -879,33 +788,30 @@ Test(cancel, rearm_ties_run_after_already_due_tasks)
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
     t_latch gate;
-    t_latch_init(&gate, 1);
-    chime_task *blocker = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
-    cr_assert(T_WAIT_UNTIL(chime_task_get_state(blocker) == CHIME_TASK_RUNNING,
-                           T_LONG_NS));
-    order_log log = {0};
-    order_item d = {&log, 3}, a = {&log, 0}, b = {&log, 1}, c = {&log, 2};
-    chime_task *hd = NULL, *ha = NULL, *hb = NULL, *hc = NULL;
+    chime_task *blocker = t_block_worker(p, &gate);
+    order_log log;
+    order_init(&log); /* a, b, c, d */
+    chime_task *h[4] = {NULL};
     /* d is submitted first (lowest sequence) but far out */
-    cr_assert_eq(chime_pool_schedule(p, order_fn, &d, 50 * CHIME_MSEC, &hd), 0);
-    cr_assert_eq(chime_pool_schedule(p, order_fn, &a, 0, &ha), 0);
-    cr_assert_eq(chime_pool_schedule(p, order_fn, &b, 0, &hb), 0);
+    cr_assert_eq(
+        chime_pool_schedule(p, order_fn, &log.item[3], 50 * CHIME_MSEC, &h[3]),
+        0);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[i], 0, &h[i]),
+                     0);
     /* now due at the same instant as a and b: it queues behind them */
-    cr_assert_eq(chime_task_rearm(hd, 0), 0);
-    cr_assert_eq(chime_pool_schedule(p, order_fn, &c, 0, &hc), 0);
+    cr_assert_eq(chime_task_rearm(h[3], 0), 0);
+    cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[2], 0, &h[2]), 0);
     t_latch_count_down(&gate);
-    cr_assert_eq(chime_task_wait(hc, T_LONG_NS, NULL), 0);
-    cr_assert_eq(chime_task_wait(hd, T_LONG_NS, NULL), 0);
+    cr_assert_eq(chime_task_wait(h[2], T_LONG_NS, NULL), 0);
+    cr_assert_eq(chime_task_wait(h[3], T_LONG_NS, NULL), 0);
     cr_assert_eq(atomic_load(&log.n), 4);
-    cr_assert_eq(atomic_load(&log.ids[0]), 0);
-    cr_assert_eq(atomic_load(&log.ids[1]), 1);
-    cr_assert_eq(atomic_load(&log.ids[2]), 3, "re-armed task jumped the queue");
-    cr_assert_eq(atomic_load(&log.ids[3]), 2);
-    chime_task_release(ha);
-    chime_task_release(hb);
-    chime_task_release(hc);
-    chime_task_release(hd);
+    static const int ran[4] = {0, 1, 3, 2};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(atomic_load(&log.ids[i]), ran[i],
+                     "position %d: task %d (3: the re-armed one)", i,
+                     atomic_load(&log.ids[i]));
+    t_release_all(h, 4);
     chime_task_release(blocker);
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_latch_destroy(&gate);
@@ -915,163 +821,126 @@ static int second_result;
 
 Test(cancel, one_shot_rearming_itself_runs_again)
 {
-    t_clock clk;
-    chime_pool *p = vpool(1, &clk);
-    ctl c;
-    ctl_init(&c);
-    c.rearm_self_on = 1;
-    c.rearm_delay = 10 * CHIME_MSEC;
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, ctl_fn, &c, 0, &h), 0);
-    cr_assert(T_WAIT_UNTIL(atomic_load(&c.n) == 1 &&
-                               chime_task_get_state(h) == CHIME_TASK_PENDING,
-                           T_LONG_NS),
+    fx f;
+    fx_virtual(&f, 1);
+    f.c.rearm_self_on = 1;
+    f.c.rearm_delay = 10 * CHIME_MSEC;
+    cr_assert_eq(chime_pool_schedule(f.p, ctl_fn, &f.c, 0, &f.h), 0);
+    cr_assert(t_requeued(&f.c.n, f.h, 1),
               "re-armed one-shot was not queued again");
-    cr_assert_eq(atomic_load(&c.self_rc), 0);
-    cr_assert_not(chime_task_is_done(h));
-    cr_assert_eq(chime_task_remaining(h), 10 * CHIME_MSEC);
-    cr_assert(chime_pool_contains(p, h));
-    c.result = &second_result; /* read by the second run only */
-    t_clock_advance(&clk, p, 10 * CHIME_MSEC);
+    cr_assert_eq(atomic_load(&f.c.self_rc), 0);
+    cr_assert_not(chime_task_is_done(f.h));
+    cr_assert_eq(chime_task_remaining(f.h), 10 * CHIME_MSEC);
+    cr_assert(chime_pool_contains(f.p, f.h));
+    f.c.result = &second_result; /* read by the second run only */
+    t_clock_advance(&f.clk, f.p, 10 * CHIME_MSEC);
     void *r = NULL;
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, &r), 0);
+    cr_assert_eq(chime_task_wait(f.h, T_LONG_NS, &r), 0);
     cr_assert_eq(r, &second_result);
-    cr_assert_eq(atomic_load(&c.n), 2);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    ctl_destroy(&c);
+    cr_assert_eq(atomic_load(&f.c.n), 2);
+    fx_done(&f);
+}
+
+/* A one-shot whose first run blocks is re-armed by `rearm` while it runs;
+ * the run then returns (failing with `cause` if not 0). */
+static void
+rearm_while_running(fx *f, int64_t rearm, int cause)
+{
+    fx_virtual(f, 1);
+    f->c.block_on = 1;
+    f->c.fail_on = cause ? 1 : 0;
+    f->c.cause = cause;
+    cr_assert_eq(chime_pool_schedule(f->p, ctl_fn, &f->c, 0, &f->h), 0);
+    cr_assert(t_latch_wait(&f->c.started, T_LONG_NS));
+    cr_assert_eq(chime_task_rearm(f->h, rearm), 0);
+    t_latch_count_down(&f->c.gate);
 }
 
 Test(cancel, rearm_of_a_running_one_shot_from_outside_requeues_it)
 {
-    t_clock clk;
-    chime_pool *p = vpool(1, &clk);
-    ctl c;
-    ctl_init(&c);
-    c.block_on = 1;
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, ctl_fn, &c, 0, &h), 0);
-    cr_assert(t_latch_wait(&c.started, T_LONG_NS));
-    cr_assert_eq(chime_task_rearm(h, 20 * CHIME_MSEC), 0);
-    t_latch_count_down(&c.gate);
-    cr_assert(T_WAIT_UNTIL(atomic_load(&c.n) == 1 &&
-                               chime_task_get_state(h) == CHIME_TASK_PENDING,
-                           T_LONG_NS));
-    cr_assert_eq(chime_task_remaining(h), 20 * CHIME_MSEC);
-    t_clock_advance(&clk, p, 20 * CHIME_MSEC);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&c.n), 2);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    ctl_destroy(&c);
+    fx f;
+    rearm_while_running(&f, 20 * CHIME_MSEC, 0);
+    cr_assert(t_requeued(&f.c.n, f.h, 1));
+    cr_assert_eq(chime_task_remaining(f.h), 20 * CHIME_MSEC);
+    t_clock_advance(&f.clk, f.p, 20 * CHIME_MSEC);
+    cr_assert_eq(chime_task_wait(f.h, T_LONG_NS, NULL), 0);
+    cr_assert_eq(atomic_load(&f.c.n), 2);
+    fx_done(&f);
 }
 
 Test(cancel, rearm_of_a_running_one_shot_is_dropped_when_the_run_fails)
 {
-    t_clock clk;
-    chime_pool *p = vpool(1, &clk);
-    ctl c;
-    ctl_init(&c);
-    c.block_on = 1;
-    c.fail_on = 1;
-    c.cause = -ENODATA;
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, ctl_fn, &c, 0, &h), 0);
-    cr_assert(t_latch_wait(&c.started, T_LONG_NS));
-    cr_assert_eq(chime_task_rearm(h, 10 * CHIME_MSEC), 0);
-    t_latch_count_down(&c.gate);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), CHIME_EFAILED);
-    cr_assert_eq(chime_task_error(h), -ENODATA);
-    cr_assert_eq(chime_task_rearm(h, 0), -EALREADY);
-    cr_assert_eq(stats_of(p).pending, 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&c.n), 1);
-    ctl_destroy(&c);
+    fx f;
+    rearm_while_running(&f, 10 * CHIME_MSEC, -ENODATA);
+    cr_assert_eq(chime_task_wait(f.h, T_LONG_NS, NULL), CHIME_EFAILED);
+    cr_assert_eq(chime_task_error(f.h), -ENODATA);
+    cr_assert_eq(chime_task_rearm(f.h, 0), -EALREADY);
+    cr_assert_eq(stats_of(f.p).pending, 0);
+    fx_done(&f);
+    cr_assert_eq(atomic_load(&f.c.n), 1);
 }
 
 Test(cancel, rearm_of_a_running_periodic_moves_its_next_run)
 {
-    t_clock clk;
-    chime_pool *p = vpool(1, &clk);
-    ctl c;
-    ctl_init(&c);
-    c.rearm_self_on = 1;
-    c.rearm_delay = 100 * CHIME_MSEC;
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, ctl_fn, &c, 0,
-                                                   10 * CHIME_MSEC, &h),
+    fx f;
+    fx_virtual(&f, 1);
+    f.c.rearm_self_on = 1;
+    f.c.rearm_delay = 100 * CHIME_MSEC;
+    cr_assert_eq(chime_pool_schedule_at_fixed_rate(f.p, ctl_fn, &f.c, 0,
+                                                   10 * CHIME_MSEC, &f.h),
                  0);
-    cr_assert(T_WAIT_UNTIL(atomic_load(&c.n) == 1 &&
-                               chime_task_get_state(h) == CHIME_TASK_PENDING,
-                           T_LONG_NS));
-    cr_assert_eq(atomic_load(&c.self_rc), 0);
-    cr_assert_eq(chime_task_remaining(h), 100 * CHIME_MSEC);
-    t_clock_advance(&clk, p, 99 * CHIME_MSEC);
-    cr_assert(stays(&c.n, 1), "ran on its old cadence");
-    t_clock_advance(&clk, p, CHIME_MSEC);
-    cr_assert(T_WAIT_UNTIL(atomic_load(&c.n) == 2, T_LONG_NS));
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    ctl_destroy(&c);
+    cr_assert(t_requeued(&f.c.n, f.h, 1));
+    cr_assert_eq(atomic_load(&f.c.self_rc), 0);
+    cr_assert_eq(chime_task_remaining(f.h), 100 * CHIME_MSEC);
+    t_clock_advance(&f.clk, f.p, 99 * CHIME_MSEC);
+    cr_assert(t_stays(&f.c.n, 1), "ran on its old cadence");
+    t_clock_advance(&f.clk, f.p, CHIME_MSEC);
+    cr_assert(T_WAIT_UNTIL(atomic_load(&f.c.n) == 2, T_LONG_NS));
+    cr_assert_eq(chime_task_cancel(f.h, 0), 0);
+    fx_done(&f);
 }
 
 Test(cancel, rearm_after_completion_reports_ealready)
 {
     chime_pool *p = pool_with(1);
-    atomic_int n = 0;
-    int cause = 3;
-    chime_task *done = NULL, *failed = NULL, *cancelled = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 0, &done), 0);
-    cr_assert_eq(chime_pool_schedule(p, t_fail_fn, &cause, 0, &failed), 0);
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &cancelled), 0);
-    cr_assert_eq(chime_task_wait(done, T_LONG_NS, NULL), 0);
-    cr_assert_eq(chime_task_wait(failed, T_LONG_NS, NULL), CHIME_EFAILED);
-    cr_assert_eq(chime_task_cancel(cancelled, 0), 0);
-    cr_assert_eq(chime_task_rearm(done, 0), -EALREADY);
-    cr_assert_eq(chime_task_rearm(failed, 0), -EALREADY);
-    cr_assert_eq(chime_task_rearm(cancelled, 0), -EALREADY);
+    completed c;
+    completed_make(&c, p, 3);
+    cr_assert_eq(chime_task_rearm(c.done, 0), -EALREADY);
+    cr_assert_eq(chime_task_rearm(c.failed, 0), -EALREADY);
+    cr_assert_eq(chime_task_rearm(c.cancelled, 0), -EALREADY);
     cr_assert_eq(stats_of(p).pending, 0, "re-arm re-queued a completed task");
-    cr_assert_eq(chime_task_get_state(done), CHIME_TASK_DONE);
-    cr_assert_eq(chime_task_get_state(cancelled), CHIME_TASK_CANCELLED);
-    chime_task_release(done);
-    chime_task_release(failed);
-    chime_task_release(cancelled);
+    completed_check_release(&c);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&n), 1);
 }
 
 /* ---- callbacks acting on themselves and their pool ---------------------- */
 
-typedef struct self_waiter {
-    atomic_int rc_forever;
-    atomic_int rc_timed;
-} self_waiter;
-
+/* Waits on its own handle: rc[0] forever, rc[1] with a timeout. */
 static int
 waits_on_itself_fn(chime_task *self, void *arg, void **result)
 {
     (void)result;
-    self_waiter *w = arg;
-    atomic_store(&w->rc_forever, chime_task_wait(self, CHIME_FOREVER, NULL));
-    atomic_store(&w->rc_timed, chime_task_wait(self, 100 * CHIME_MSEC, NULL));
+    atomic_int *rc = arg;
+    atomic_store(&rc[0], chime_task_wait(self, CHIME_FOREVER, NULL));
+    atomic_store(&rc[1], chime_task_wait(self, 100 * CHIME_MSEC, NULL));
     return 0;
 }
 
 Test(cancel, waiting_on_itself_gives_edeadlk)
 {
     chime_pool *p = pool_with(1);
-    self_waiter w = {1, 1};
+    atomic_int rc[2] = {1, 1};
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, waits_on_itself_fn, &w, 0, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, waits_on_itself_fn, rc, 0, &h), 0);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&w.rc_forever), -EDEADLK);
-    cr_assert_eq(atomic_load(&w.rc_timed), -EDEADLK);
+    cr_assert_eq(atomic_load(&rc[0]), -EDEADLK, "forever");
+    cr_assert_eq(atomic_load(&rc[1]), -EDEADLK, "with a timeout");
     chime_task_release(h);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
+/* What a callback did to other tasks and to its pool: each call's result
+ * (1: not made), what it found. */
 typedef struct actor {
     chime_pool *pool;
     chime_task *other; /* set before the actor can run */
@@ -1095,6 +964,36 @@ actor_init(actor *a, chime_pool *p)
     atomic_store(&a->found, 0);
 }
 
+/* The frame of an actor test: a victim counting in n, due far out, and the
+ * actor's task h on the pool p, with the victim as its `other`. */
+typedef struct stage {
+    chime_pool *p;
+    actor a;
+    atomic_int n;
+    chime_task *victim, *h;
+} stage;
+
+static void
+stage_start(stage *s, chime_pool *p, chime_task_fn fn)
+{
+    s->p = p;
+    actor_init(&s->a, p);
+    atomic_init(&s->n, 0);
+    s->victim = s->h = NULL;
+    cr_assert_eq(
+        chime_pool_schedule(p, t_count_fn, &s->n, T_FAR_NS, &s->victim), 0);
+    s->a.other = s->victim;
+    cr_assert_eq(chime_pool_schedule(p, fn, &s->a, 0, &s->h), 0);
+}
+
+static void
+stage_end(stage *s)
+{
+    chime_task_release(s->h);
+    chime_task_release(s->victim);
+    cr_assert_eq(chime_pool_destroy(s->p), 0);
+}
+
 static int
 cancels_other_and_itself_fn(chime_task *self, void *arg, void **result)
 {
@@ -1109,27 +1008,17 @@ cancels_other_and_itself_fn(chime_task *self, void *arg, void **result)
 
 Test(cancel, callback_cancels_itself_and_another_task)
 {
-    chime_pool *p = pool_with(1);
-    actor a;
-    actor_init(&a, p);
-    atomic_int n = 0;
-    chime_task *victim = NULL, *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &victim), 0);
-    a.other = victim;
-    cr_assert_eq(chime_pool_schedule(p, cancels_other_and_itself_fn, &a, 0, &h),
-                 0);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), -ECANCELED);
-    cr_assert(T_WAIT_UNTIL(atomic_load(&a.rc[3]) != 1, T_LONG_NS));
-    cr_assert_eq(atomic_load(&a.rc[0]), 0);
-    cr_assert_eq(atomic_load(&a.rc[1]), 0);
-    cr_assert_eq(atomic_load(&a.rc[2]), -EALREADY);
-    cr_assert_eq(atomic_load(&a.rc[3]), -EALREADY);
-    cr_assert_eq(chime_task_get_state(victim), CHIME_TASK_CANCELLED);
-    cr_assert_eq(stats_of(p).pending, 0);
-    chime_task_release(h);
-    chime_task_release(victim);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&n), 0);
+    stage s;
+    stage_start(&s, pool_with(1), cancels_other_and_itself_fn);
+    cr_assert_eq(chime_task_wait(s.h, T_LONG_NS, NULL), -ECANCELED);
+    cr_assert(T_WAIT_UNTIL(atomic_load(&s.a.rc[3]) != 1, T_LONG_NS));
+    static const int want[4] = {0, 0, -EALREADY, -EALREADY};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(atomic_load(&s.a.rc[i]), want[i], "call %d", i);
+    cr_assert_eq(chime_task_get_state(s.victim), CHIME_TASK_CANCELLED);
+    cr_assert_eq(stats_of(s.p).pending, 0);
+    stage_end(&s);
+    cr_assert_eq(atomic_load(&s.n), 0);
 }
 
 static int
@@ -1145,22 +1034,14 @@ rearms_other_fn(chime_task *self, void *arg, void **result)
 Test(cancel, callback_rearms_another_task)
 {
     t_clock clk;
-    chime_pool *p = vpool(1, &clk);
-    actor a;
-    actor_init(&a, p);
-    atomic_int n = 0;
-    chime_task *victim = NULL, *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, FAR, &victim), 0);
-    a.other = victim;
-    cr_assert_eq(chime_pool_schedule(p, rearms_other_fn, &a, 0, &h), 0);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&a.rc[0]), 0);
+    stage s;
+    stage_start(&s, vpool(1, &clk), rearms_other_fn);
+    cr_assert_eq(chime_task_wait(s.h, T_LONG_NS, NULL), 0);
+    cr_assert_eq(atomic_load(&s.a.rc[0]), 0);
     /* due now although the clock never moved */
-    cr_assert_eq(chime_task_wait(victim, T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&n), 1);
-    chime_task_release(h);
-    chime_task_release(victim);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    cr_assert_eq(chime_task_wait(s.victim, T_LONG_NS, NULL), 0);
+    cr_assert_eq(atomic_load(&s.n), 1);
+    stage_end(&s);
 }
 
 static int
@@ -1191,12 +1072,56 @@ Test(cancel, callback_schedules_waits_for_and_releases_tasks)
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, schedules_and_waits_fn, &a, 0, &h), 0);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&a.rc[0]), 0);
-    cr_assert_eq(atomic_load(&a.rc[1]), 0);
-    cr_assert_eq(atomic_load(&a.rc[2]), 0);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(atomic_load(&a.rc[i]), 0, "call %d", i);
     cr_assert(T_WAIT_UNTIL(atomic_load(&a.found) == 2, T_LONG_NS));
     chime_task_release(h);
     cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+/* The frame of the tests of a callback that shuts its own pool down: the
+ * only worker is held (gate) while the callback's task h and a due task
+ * (counting in n) queue behind it; the actor's `other` is the due task. */
+typedef struct own {
+    chime_pool *p;
+    actor a;
+    t_latch gate;
+    atomic_int n;
+    chime_task *blocker, *h, *due;
+} own;
+
+static void
+own_start(own *o, chime_task_fn fn)
+{
+    o->p = pool_with(1);
+    actor_init(&o->a, o->p);
+    atomic_init(&o->n, 0);
+    o->h = o->due = NULL;
+    o->blocker = t_block_worker(o->p, &o->gate);
+    cr_assert_eq(chime_pool_schedule(o->p, fn, &o->a, 0, &o->h), 0);
+    cr_assert_eq(chime_pool_schedule(o->p, t_count_fn, &o->n, 0, &o->due), 0);
+    o->a.other = o->due;
+}
+
+/* Opens the gate; the callback's run ends well. */
+static void
+own_run(own *o)
+{
+    t_latch_count_down(&o->gate);
+    cr_assert_eq(chime_task_wait(o->h, T_LONG_NS, NULL), 0);
+    cr_assert_eq(atomic_load(&o->a.rc[0]), 0);
+}
+
+static void
+own_end(own *o)
+{
+    cr_assert_eq(chime_pool_await_termination(o->p, T_LONG_NS), 0);
+    cr_assert(chime_pool_is_terminated(o->p));
+    chime_task_release(o->blocker);
+    chime_task_release(o->h);
+    chime_task_release(o->due);
+    cr_assert_eq(chime_pool_destroy(o->p), 0);
+    t_latch_destroy(&o->gate);
 }
 
 static int
@@ -1217,34 +1142,18 @@ shuts_down_own_pool_fn(chime_task *self, void *arg, void **result)
 
 Test(cancel, callback_shuts_its_own_pool_down)
 {
-    chime_pool *p = pool_with(1);
-    actor a;
-    actor_init(&a, p);
-    t_latch gate;
-    t_latch_init(&gate, 1);
-    atomic_int n = 0;
-    chime_task *blocker = NULL, *h = NULL, *queued = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
-    cr_assert_eq(chime_pool_schedule(p, shuts_down_own_pool_fn, &a, 0, &h), 0);
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 0, &queued), 0);
-    t_latch_count_down(&gate);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&a.rc[0]), 0);
-    cr_assert_eq(atomic_load(&a.rc[1]), 0, "second shutdown is a no-op");
-    cr_assert_eq(atomic_load(&a.rc[2]), -ESHUTDOWN);
-    cr_assert_eq(atomic_load(&a.rc[3]), -EDEADLK);
-    cr_assert_eq(atomic_load(&a.rc[4]), -EDEADLK);
+    own o;
+    own_start(&o, shuts_down_own_pool_fn);
+    own_run(&o);
+    cr_assert_eq(atomic_load(&o.a.rc[1]), 0, "second shutdown is a no-op");
+    cr_assert_eq(atomic_load(&o.a.rc[2]), -ESHUTDOWN);
+    cr_assert_eq(atomic_load(&o.a.rc[3]), -EDEADLK);
+    cr_assert_eq(atomic_load(&o.a.rc[4]), -EDEADLK);
     /* the due task queued before the shutdown still runs */
-    cr_assert_eq(chime_task_wait(queued, T_LONG_NS, NULL), 0);
-    cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0);
-    cr_assert(chime_pool_is_terminated(p));
-    chime_task_release(blocker);
-    chime_task_release(h);
-    chime_task_release(queued);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&n), 1);
-    cr_assert_eq(atomic_load(&a.found), 0);
-    t_latch_destroy(&gate);
+    cr_assert_eq(chime_task_wait(o.due, T_LONG_NS, NULL), 0);
+    own_end(&o);
+    cr_assert_eq(atomic_load(&o.n), 1);
+    cr_assert_eq(atomic_load(&o.a.found), 0);
 }
 
 static int
@@ -1270,35 +1179,20 @@ shuts_down_now_fn(chime_task *self, void *arg, void **result)
 
 Test(cancel, callback_shuts_its_own_pool_down_now)
 {
-    chime_pool *p = pool_with(1);
-    actor a;
-    actor_init(&a, p);
-    t_latch gate;
-    t_latch_init(&gate, 1);
-    atomic_int n = 0;
-    chime_task *blocker = NULL, *h = NULL, *due = NULL, *far = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
-    cr_assert_eq(chime_pool_schedule(p, shuts_down_now_fn, &a, 0, &h), 0);
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 0, &due), 0);
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &n, FAR,
-                                                   CHIME_SEC, &far),
+    own o;
+    own_start(&o, shuts_down_now_fn);
+    chime_task *far = NULL;
+    cr_assert_eq(chime_pool_schedule_at_fixed_rate(o.p, t_count_fn, &o.n,
+                                                   T_FAR_NS, CHIME_SEC, &far),
                  0);
-    a.other = due;
-    a.other2 = far;
-    t_latch_count_down(&gate);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&a.rc[0]), 0);
-    cr_assert_eq(atomic_load(&a.count), 2);
-    cr_assert_eq(atomic_load(&a.found), 2);
-    cr_assert_eq(atomic_load(&a.interrupted), 1);
-    cr_assert_eq(chime_task_wait(due, 0, NULL), -ECANCELED);
+    o.a.other2 = far;
+    own_run(&o);
+    cr_assert_eq(atomic_load(&o.a.count), 2);
+    cr_assert_eq(atomic_load(&o.a.found), 2);
+    cr_assert_eq(atomic_load(&o.a.interrupted), 1);
+    cr_assert_eq(chime_task_wait(o.due, 0, NULL), -ECANCELED);
     cr_assert_eq(chime_task_wait(far, 0, NULL), -ECANCELED);
-    cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0);
-    chime_task_release(blocker);
-    chime_task_release(h);
-    chime_task_release(due);
     chime_task_release(far);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&n), 0);
-    t_latch_destroy(&gate);
+    own_end(&o);
+    cr_assert_eq(atomic_load(&o.n), 0);
 }

@@ -14,132 +14,15 @@
 
 TestSuite(clock, .timeout = 10);
 
-/* Virtual start time: away from 0 so that an origin bug shows. */
-#define START (1000 * CHIME_SEC)
-/* Real time a "must not run" check waits for. */
-#define QUIET_NS (30 * CHIME_MSEC)
-
-/* ---- helpers ------------------------------------------------------------ */
-
-static chime_pool *
-vpool(unsigned threads, t_clock *c)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    t_clock_options(&o, c, START);
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    cr_assert_not_null(p);
-    return p;
-}
-
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats s;
-    cr_assert_eq(chime_pool_get_stats(p, &s), 0);
-    return s;
-}
-
-#define ORDER_MAX 64
-typedef struct order_log {
-    atomic_int n;
-    atomic_int ids[ORDER_MAX];
-} order_log;
-
-typedef struct order_item {
-    order_log *log;
-    int id;
-} order_item;
-
-static int
-order_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    order_item *it = arg;
-    int i = atomic_fetch_add(&it->log->n, 1);
-    if (i < ORDER_MAX)
-        atomic_store(&it->log->ids[i], it->id);
-    return 0;
-}
-
-/* A periodic (or one-shot) body that records the virtual time of each run
- * and may move the virtual clock itself to simulate a run taking time. */
-#define RUNS_MAX 32
-typedef struct vrec {
-    chime_pool *pool;
-    t_clock *clock;
-    int64_t first_takes; /* virtual ns the first run takes */
-    int64_t each_takes;  /* virtual ns every run takes */
-    atomic_int n;        /* finished runs */
-    atomic_int in_flight;
-    atomic_int max_in_flight;
-    atomic_llong at[RUNS_MAX];
-} vrec;
-
-static void
-vrec_init(vrec *r, chime_pool *p, t_clock *c)
-{
-    r->pool = p;
-    r->clock = c;
-    r->first_takes = 0;
-    r->each_takes = 0;
-    atomic_store(&r->n, 0);
-    atomic_store(&r->in_flight, 0);
-    atomic_store(&r->max_in_flight, 0);
-    for (int i = 0; i < RUNS_MAX; i++)
-        atomic_store(&r->at[i], -1);
-}
-
-static int
-vrec_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    vrec *r = arg;
-    int f = atomic_fetch_add(&r->in_flight, 1) + 1;
-    int m = atomic_load(&r->max_in_flight);
-    while (f > m && !atomic_compare_exchange_weak(&r->max_in_flight, &m, f))
-        ;
-    int i = atomic_load(&r->n);
-    if (i < RUNS_MAX)
-        atomic_store(&r->at[i], chime_pool_now(r->pool));
-    if (i == 0 && r->first_takes > 0)
-        t_clock_advance(r->clock, r->pool, r->first_takes);
-    if (r->each_takes > 0)
-        t_clock_advance(r->clock, r->pool, r->each_takes);
-    atomic_fetch_sub(&r->in_flight, 1);
-    atomic_fetch_add(&r->n, 1);
-    return 0;
-}
-
-/* Waits until a periodic task finished `runs` runs and is queued again. */
-static bool
-requeued_after(vrec *r, chime_task *h, int runs)
-{
-    return T_WAIT_UNTIL(atomic_load(&r->n) == runs &&
-                            chime_task_get_state(h) == CHIME_TASK_PENDING,
-                        T_LONG_NS);
-}
-
-/* True if n stays at `value` for QUIET_NS of real time. */
-static bool
-stays(atomic_int *n, int value)
-{
-    return !T_WAIT_UNTIL(atomic_load(n) != value, QUIET_NS);
-}
-
 /* ---- tests -------------------------------------------------------------- */
 
 Test(clock, pool_reports_the_injected_time)
 {
     t_clock c;
     chime_pool *p = vpool(1, &c);
-    cr_assert_eq(chime_pool_now(p), START);
+    cr_assert_eq(chime_pool_now(p), T_START_NS);
     t_clock_advance(&c, p, 5 * CHIME_MSEC);
-    cr_assert_eq(chime_pool_now(p), START + 5 * CHIME_MSEC);
+    cr_assert_eq(chime_pool_now(p), T_START_NS + 5 * CHIME_MSEC);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
@@ -157,7 +40,7 @@ Test(clock, nothing_runs_before_time_is_advanced)
         cr_assert_eq(
             chime_pool_schedule(p, t_count_fn, &n[i], delays[i], &h[i]), 0);
     }
-    cr_assert_eq(chime_task_wait(h[0], QUIET_NS, NULL), -ETIMEDOUT,
+    cr_assert_eq(chime_task_wait(h[0], T_QUIET_NS, NULL), -ETIMEDOUT,
                  "a task ran although the clock did not move");
     for (int i = 0; i < K; i++) {
         cr_assert_eq(chime_task_get_state(h[i]), CHIME_TASK_PENDING);
@@ -169,13 +52,12 @@ Test(clock, nothing_runs_before_time_is_advanced)
     /* one nanosecond later exactly the first one is due */
     t_clock_advance(&c, p, 1);
     cr_assert_eq(chime_task_wait(h[0], T_LONG_NS, NULL), 0);
-    cr_assert_eq(chime_task_wait(h[1], QUIET_NS, NULL), -ETIMEDOUT);
+    cr_assert_eq(chime_task_wait(h[1], T_QUIET_NS, NULL), -ETIMEDOUT);
     cr_assert_eq(chime_task_remaining(h[1]), CHIME_MSEC - 1);
     cr_assert_eq(atomic_load(&n[1]), 0);
     cr_assert_eq(atomic_load(&n[2]), 0);
 
-    for (int i = 0; i < K; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, K);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&n[0]), 1);
     cr_assert_eq(atomic_load(&n[1]), 0);
@@ -199,9 +81,9 @@ Test(clock, advancing_runs_exactly_the_due_tasks)
     t_clock_advance(&c, p, 10 * CHIME_MSEC);
     cr_assert_eq(chime_task_wait(h[0], T_LONG_NS, NULL), 0);
     cr_assert_eq(chime_task_wait(h[1], T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&r[0].at[0]), START + 10 * CHIME_MSEC);
-    cr_assert_eq(atomic_load(&r[1].at[0]), START + 10 * CHIME_MSEC);
-    cr_assert_eq(chime_task_wait(h[2], QUIET_NS, NULL), -ETIMEDOUT);
+    cr_assert_eq(atomic_load(&r[0].at[0]), T_START_NS + 10 * CHIME_MSEC);
+    cr_assert_eq(atomic_load(&r[1].at[0]), T_START_NS + 10 * CHIME_MSEC);
+    cr_assert_eq(chime_task_wait(h[2], T_QUIET_NS, NULL), -ETIMEDOUT);
     cr_assert_eq(chime_task_get_state(h[2]), CHIME_TASK_PENDING);
     cr_assert_eq(chime_task_get_state(h[3]), CHIME_TASK_PENDING);
     cr_assert_eq(chime_task_remaining(h[2]), 5 * CHIME_MSEC);
@@ -211,8 +93,8 @@ Test(clock, advancing_runs_exactly_the_due_tasks)
     t_clock_advance(&c, p, 10 * CHIME_MSEC);
     cr_assert_eq(chime_task_wait(h[2], T_LONG_NS, NULL), 0);
     cr_assert_eq(chime_task_wait(h[3], T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&r[2].at[0]), START + 20 * CHIME_MSEC);
-    cr_assert_eq(atomic_load(&r[3].at[0]), START + 20 * CHIME_MSEC);
+    cr_assert_eq(atomic_load(&r[2].at[0]), T_START_NS + 20 * CHIME_MSEC);
+    cr_assert_eq(atomic_load(&r[3].at[0]), T_START_NS + 20 * CHIME_MSEC);
     for (int i = 0; i < K; i++) {
         cr_assert_eq(atomic_load(&r[i].n), 1);
         chime_task_release(h[i]);
@@ -233,68 +115,87 @@ Test(clock, zero_delay_task_runs_without_advancing)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
+/* The frame of the periodic tests: a periodic task recorded by a vrec, on
+ * a pool of `threads` workers on the virtual clock. */
+typedef struct vfx {
+    t_clock c;
+    chime_pool *p;
+    vrec r;
+    chime_task *h;
+} vfx;
+
+/* Schedules the task (fixed rate, else fixed delay); its first run takes
+ * first_takes of virtual time more, every run each_takes. */
+static void
+vfx_start(vfx *f, unsigned threads, bool fixed_rate, int64_t delay,
+          int64_t period, int64_t first_takes, int64_t each_takes)
+{
+    f->p = vpool(threads, &f->c);
+    vrec_init(&f->r, f->p, &f->c);
+    f->r.first_takes = first_takes;
+    f->r.each_takes = each_takes;
+    f->h = NULL;
+    cr_assert_eq(t_schedule_periodic(f->p, fixed_rate, vrec_fn, &f->r, delay,
+                                     period, &f->h),
+                 0);
+}
+
+/* Cancels the task, releases it and destroys the pool. */
+static void
+vfx_end(vfx *f)
+{
+    cr_assert_eq(chime_task_cancel(f->h, 0), 0);
+    chime_task_release(f->h);
+    cr_assert_eq(chime_pool_destroy(f->p), 0);
+}
+
 /* B6 on the virtual clock */
 Test(clock, fixed_rate_runs_on_its_original_schedule)
 {
     const int64_t period = 10 * CHIME_MSEC;
-    t_clock c;
-    chime_pool *p = vpool(1, &c);
-    vrec r;
-    vrec_init(&r, p, &c);
-    chime_task *h = NULL;
-    cr_assert_eq(
-        chime_pool_schedule_at_fixed_rate(p, vrec_fn, &r, period, period, &h),
-        0);
-    cr_assert_eq(chime_task_remaining(h), period);
+    vfx f;
+    vfx_start(&f, 1, true, period, period, 0, 0);
+    cr_assert_eq(chime_task_remaining(f.h), period);
     for (int k = 1; k <= 3; k++) {
         /* 4 ms steps: the run happens on the step that crosses its time */
-        t_clock_advance(&c, p, 4 * CHIME_MSEC);
-        t_clock_advance(&c, p, 4 * CHIME_MSEC);
-        cr_assert(stays(&r.n, k - 1), "run %d came early", k);
-        t_clock_advance(&c, p, 2 * CHIME_MSEC);
-        cr_assert(requeued_after(&r, h, k));
-        cr_assert_eq(atomic_load(&r.at[k - 1]), START + k * period);
-        cr_assert_eq(chime_task_remaining(h), period);
+        t_clock_advance(&f.c, f.p, 4 * CHIME_MSEC);
+        t_clock_advance(&f.c, f.p, 4 * CHIME_MSEC);
+        cr_assert(t_stays(&f.r.n, k - 1), "run %d came early", k);
+        t_clock_advance(&f.c, f.p, 2 * CHIME_MSEC);
+        cr_assert(t_requeued(&f.r.n, f.h, k));
+        cr_assert_eq(atomic_load(&f.r.at[k - 1]), T_START_NS + k * period);
+        cr_assert_eq(chime_task_remaining(f.h), period);
     }
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    vfx_end(&f);
 }
 
 /* B20 on the virtual clock: a jump of five periods */
 Test(clock, fixed_rate_catches_up_back_to_back_after_a_jump)
 {
     const int64_t period = 10 * CHIME_MSEC;
-    t_clock c;
-    chime_pool *p = vpool(4, &c);
-    vrec r;
-    vrec_init(&r, p, &c);
-    chime_task *h = NULL;
-    cr_assert_eq(
-        chime_pool_schedule_at_fixed_rate(p, vrec_fn, &r, period, period, &h),
-        0);
-    t_clock_advance(&c, p, period);
-    cr_assert(requeued_after(&r, h, 1));
-    cr_assert_eq(atomic_load(&r.at[0]), START + period);
+    vfx f;
+    vfx_start(&f, 4, true, period, period, 0, 0);
+    t_clock_advance(&f.c, f.p, period);
+    cr_assert(t_requeued(&f.r.n, f.h, 1));
+    cr_assert_eq(atomic_load(&f.r.at[0]), T_START_NS + period);
 
     /* runs due at +20, +30, +40, +50, +60 all run now, one after another */
-    t_clock_advance(&c, p, 5 * period);
-    cr_assert(requeued_after(&r, h, 6));
+    t_clock_advance(&f.c, f.p, 5 * period);
+    cr_assert(t_requeued(&f.r.n, f.h, 6));
     for (int k = 1; k < 6; k++)
-        cr_assert_eq(atomic_load(&r.at[k]), START + 6 * period,
+        cr_assert_eq(atomic_load(&f.r.at[k]), T_START_NS + 6 * period,
                      "catch-up run %d at %lld", k,
-                     (long long)(atomic_load(&r.at[k]) - START));
-    cr_assert_eq(atomic_load(&r.max_in_flight), 1, "catch-up runs overlapped");
+                     (long long)(atomic_load(&f.r.at[k]) - T_START_NS));
+    cr_assert_eq(atomic_load(&f.r.max_in_flight), 1,
+                 "catch-up runs overlapped");
     /* no backlog beyond the schedule: next run is +70, still aligned */
-    cr_assert_eq(chime_task_remaining(h), period);
-    cr_assert(stays(&r.n, 6), "ran ahead of its schedule");
+    cr_assert_eq(chime_task_remaining(f.h), period);
+    cr_assert(t_stays(&f.r.n, 6), "ran ahead of its schedule");
 
-    t_clock_advance(&c, p, period);
-    cr_assert(requeued_after(&r, h, 7));
-    cr_assert_eq(atomic_load(&r.at[6]), START + 7 * period);
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    t_clock_advance(&f.c, f.p, period);
+    cr_assert(t_requeued(&f.r.n, f.h, 7));
+    cr_assert_eq(atomic_load(&f.r.at[6]), T_START_NS + 7 * period);
+    vfx_end(&f);
 }
 
 /* B20 */
@@ -303,30 +204,22 @@ Test(clock, long_fixed_rate_run_is_followed_by_back_to_back_catch_up)
     /* period 10 ms, first run takes 35 ms of virtual time: runs due at
      * +10, +20, +30 follow at once, then +40 on the original schedule. */
     const int64_t period = 10 * CHIME_MSEC;
-    t_clock c;
-    chime_pool *p = vpool(4, &c);
-    vrec r;
-    vrec_init(&r, p, &c);
-    r.first_takes = 35 * CHIME_MSEC;
-    chime_task *h = NULL;
-    cr_assert_eq(
-        chime_pool_schedule_at_fixed_rate(p, vrec_fn, &r, 0, period, &h), 0);
-    cr_assert(requeued_after(&r, h, 4));
-    cr_assert_eq(atomic_load(&r.at[0]), START);
+    vfx f;
+    vfx_start(&f, 4, true, 0, period, 35 * CHIME_MSEC, 0);
+    cr_assert(t_requeued(&f.r.n, f.h, 4));
+    cr_assert_eq(atomic_load(&f.r.at[0]), T_START_NS);
     for (int k = 1; k < 4; k++)
-        cr_assert_eq(atomic_load(&r.at[k]), START + 35 * CHIME_MSEC);
-    cr_assert_eq(atomic_load(&r.max_in_flight), 1, "runs overlapped");
-    cr_assert_eq(chime_task_remaining(h), 5 * CHIME_MSEC,
+        cr_assert_eq(atomic_load(&f.r.at[k]), T_START_NS + 35 * CHIME_MSEC);
+    cr_assert_eq(atomic_load(&f.r.max_in_flight), 1, "runs overlapped");
+    cr_assert_eq(chime_task_remaining(f.h), 5 * CHIME_MSEC,
                  "cadence not aligned to the original schedule");
-    cr_assert(stays(&r.n, 4));
+    cr_assert(t_stays(&f.r.n, 4));
 
-    t_clock_advance(&c, p, 5 * CHIME_MSEC);
-    cr_assert(requeued_after(&r, h, 5));
-    cr_assert_eq(atomic_load(&r.at[4]), START + 40 * CHIME_MSEC);
-    cr_assert_eq(chime_task_remaining(h), period);
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    t_clock_advance(&f.c, f.p, 5 * CHIME_MSEC);
+    cr_assert(t_requeued(&f.r.n, f.h, 5));
+    cr_assert_eq(atomic_load(&f.r.at[4]), T_START_NS + 40 * CHIME_MSEC);
+    cr_assert_eq(chime_task_remaining(f.h), period);
+    vfx_end(&f);
 }
 
 /* B21 on the virtual clock */
@@ -334,38 +227,30 @@ Test(clock, fixed_delay_next_run_is_end_plus_delay)
 {
     const int64_t delay = 10 * CHIME_MSEC;
     const int64_t takes = 7 * CHIME_MSEC;
-    t_clock c;
-    chime_pool *p = vpool(4, &c);
-    vrec r;
-    vrec_init(&r, p, &c);
-    r.each_takes = takes;
-    chime_task *h = NULL;
-    cr_assert_eq(
-        chime_pool_schedule_with_fixed_delay(p, vrec_fn, &r, 0, delay, &h), 0);
-    /* run 1 at START, ends at +7: next at +17 */
-    cr_assert(requeued_after(&r, h, 1));
-    cr_assert_eq(atomic_load(&r.at[0]), START);
-    cr_assert_eq(chime_task_remaining(h), delay);
+    vfx f;
+    vfx_start(&f, 4, false, 0, delay, 0, takes);
+    /* run 1 at T_START_NS, ends at +7: next at +17 */
+    cr_assert(t_requeued(&f.r.n, f.h, 1));
+    cr_assert_eq(atomic_load(&f.r.at[0]), T_START_NS);
+    cr_assert_eq(chime_task_remaining(f.h), delay);
 
-    t_clock_advance(&c, p, delay - 1);
-    cr_assert(stays(&r.n, 1), "ran before end + delay");
-    t_clock_advance(&c, p, 1);
-    cr_assert(requeued_after(&r, h, 2));
-    cr_assert_eq(atomic_load(&r.at[1]), START + takes + delay);
-    cr_assert_eq(chime_task_remaining(h), delay);
+    t_clock_advance(&f.c, f.p, delay - 1);
+    cr_assert(t_stays(&f.r.n, 1), "ran before end + delay");
+    t_clock_advance(&f.c, f.p, 1);
+    cr_assert(t_requeued(&f.r.n, f.h, 2));
+    cr_assert_eq(atomic_load(&f.r.at[1]), T_START_NS + takes + delay);
+    cr_assert_eq(chime_task_remaining(f.h), delay);
 
     /* a late start shifts every later run (fixed delay, unlike fixed rate) */
-    t_clock_advance(&c, p, delay + 25 * CHIME_MSEC);
-    cr_assert(requeued_after(&r, h, 3));
-    int64_t third = START + 2 * (takes + delay) + 25 * CHIME_MSEC;
-    cr_assert_eq(atomic_load(&r.at[2]), third);
-    cr_assert_eq(chime_task_remaining(h), delay);
-    cr_assert(stays(&r.n, 3));
-    cr_assert_eq(atomic_load(&r.max_in_flight), 1);
+    t_clock_advance(&f.c, f.p, delay + 25 * CHIME_MSEC);
+    cr_assert(t_requeued(&f.r.n, f.h, 3));
+    int64_t third = T_START_NS + 2 * (takes + delay) + 25 * CHIME_MSEC;
+    cr_assert_eq(atomic_load(&f.r.at[2]), third);
+    cr_assert_eq(chime_task_remaining(f.h), delay);
+    cr_assert(t_stays(&f.r.n, 3));
+    cr_assert_eq(atomic_load(&f.r.max_in_flight), 1);
 
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    vfx_end(&f);
 }
 
 /* B17 */
@@ -374,19 +259,16 @@ Test(clock, equal_deadlines_run_in_submission_order)
     enum { K = 24 };
     t_clock c;
     chime_pool *p = vpool(1, &c);
-    order_log log = {0};
-    order_item items[K];
+    order_log log;
+    order_init(&log);
     chime_task *h[K];
-    /* the clock does not move: every deadline is exactly START + 10 ms */
-    for (int i = 0; i < K; i++) {
-        items[i] = (order_item){&log, i};
-        cr_assert_eq(
-            chime_pool_schedule(p, order_fn, &items[i], 10 * CHIME_MSEC, &h[i]),
-            0);
-    }
-    t_clock_advance(&c, p, 10 * CHIME_MSEC);
+    /* the clock does not move: every deadline is exactly T_START_NS + 10 ms */
     for (int i = 0; i < K; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+        cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[i],
+                                         10 * CHIME_MSEC, &h[i]),
+                     0);
+    t_clock_advance(&c, p, 10 * CHIME_MSEC);
+    t_wait_all(h, K, T_LONG_NS, 0);
     for (int i = 0; i < K; i++) {
         cr_assert_eq(atomic_load(&log.ids[i]), i, "position %d ran task %d", i,
                      atomic_load(&log.ids[i]));
@@ -398,31 +280,30 @@ Test(clock, equal_deadlines_run_in_submission_order)
 /* B17 */
 Test(clock, equal_deadlines_from_different_submission_times_run_fifo)
 {
-    /* a: delay 20 at START; b: delay 10 at START+10; c: delay 0 at
-     * START+20 (with the worker busy): all due at START+20, run a, b, c. */
+    /* a: delay 20 at start; b: delay 10 at start + 10; c: delay 0 at
+     * start + 20 (with the worker busy): all due at start + 20, run a, b, c
+     * (it[0], it[1], it[2]). */
     t_clock c;
     chime_pool *p = vpool(1, &c);
-    order_log log = {0};
-    order_item it[3] = {{&log, 0}, {&log, 1}, {&log, 2}};
-    chime_task *h[3], *blocker = NULL;
+    order_log log;
+    order_init(&log);
+    chime_task *h[3];
     t_latch gate;
-    t_latch_init(&gate, 1);
     cr_assert_eq(
-        chime_pool_schedule(p, order_fn, &it[0], 20 * CHIME_MSEC, &h[0]), 0);
+        chime_pool_schedule(p, order_fn, &log.item[0], 20 * CHIME_MSEC, &h[0]),
+        0);
     t_clock_advance(&c, p, 10 * CHIME_MSEC); /* nothing is due yet */
     cr_assert_eq(
-        chime_pool_schedule(p, order_fn, &it[1], 10 * CHIME_MSEC, &h[1]), 0);
+        chime_pool_schedule(p, order_fn, &log.item[1], 10 * CHIME_MSEC, &h[1]),
+        0);
     cr_assert_eq(chime_task_remaining(h[0]), 10 * CHIME_MSEC);
     cr_assert_eq(chime_task_remaining(h[1]), 10 * CHIME_MSEC);
-    /* occupy the worker at START + 10 so that c is queued, not run */
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
-    cr_assert(T_WAIT_UNTIL(chime_task_get_state(blocker) == CHIME_TASK_RUNNING,
-                           T_LONG_NS));
+    /* occupy the worker at T_START_NS + 10 so that c is queued, not run */
+    chime_task *blocker = t_block_worker(p, &gate);
     t_clock_advance(&c, p, 10 * CHIME_MSEC);
-    cr_assert_eq(chime_pool_schedule(p, order_fn, &it[2], 0, &h[2]), 0);
+    cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[2], 0, &h[2]), 0);
     t_latch_count_down(&gate);
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, 3, T_LONG_NS, 0);
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(atomic_load(&log.ids[i]), i);
         chime_task_release(h[i]);
@@ -438,20 +319,16 @@ Test(clock, tasks_run_in_order_of_their_delays)
     enum { K = 5 };
     t_clock c;
     chime_pool *p = vpool(1, &c);
-    order_log log = {0};
-    order_item items[K];
+    order_log log;
+    order_init(&log);
     chime_task *h[K];
-    for (int i = 0; i < K; i++) {
-        items[i] = (order_item){&log, i};
-        /* 50, 40, 30, 20, 10 ms */
-        cr_assert_eq(chime_pool_schedule(p, order_fn, &items[i],
+    for (int i = 0; i < K; i++) /* 50, 40, 30, 20, 10 ms */
+        cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[i],
                                          (K - i) * 10 * CHIME_MSEC, &h[i]),
                      0);
-    }
     /* all become due at once: the deadline order still holds */
     t_clock_advance(&c, p, 60 * CHIME_MSEC);
-    for (int i = 0; i < K; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, K, T_LONG_NS, 0);
     for (int i = 0; i < K; i++) {
         cr_assert_eq(atomic_load(&log.ids[i]), K - 1 - i);
         chime_task_release(h[i]);

@@ -16,10 +16,8 @@
 
 TestSuite(contract, .timeout = 30);
 
-#define FAR_NS (3600 * CHIME_SEC)
-#define START_NS (1000 * CHIME_SEC)
-
-/* ---- helpers -------------------------------------------------------------- */
+/* ---- helpers --------------------------------------------------------------
+ */
 
 /* Where and how often a callback ran. */
 typedef struct where {
@@ -38,66 +36,38 @@ where_fn(chime_task *self, void *arg, void **result)
     return 0;
 }
 
-static int
-noop_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)arg;
-    (void)result;
-    return 0;
-}
-
 /* Hook counters (hook_ctx). */
 typedef struct hooks {
     atomic_int before, after, errors;
 } hooks;
 
-static void
-count_before(chime_pool *p, chime_task *t, int err, void *ctx)
-{
-    (void)p;
-    (void)t;
-    (void)err;
-    atomic_fetch_add(&((hooks *)ctx)->before, 1);
-}
-
-static void
-count_after(chime_pool *p, chime_task *t, int err, void *ctx)
-{
-    (void)p;
-    (void)t;
-    (void)err;
-    atomic_fetch_add(&((hooks *)ctx)->after, 1);
-}
-
-static void
-count_error(chime_pool *p, chime_task *t, int err, void *ctx)
-{
-    (void)p;
-    (void)t;
-    (void)err;
-    atomic_fetch_add(&((hooks *)ctx)->errors, 1);
-}
+/* Defines the task hook `name`, which counts its calls in ctx->field. */
+#define COUNTING_HOOK(name, field)                                             \
+    static void name(chime_pool *p, chime_task *t, int err, void *ctx)         \
+    {                                                                          \
+        (void)p, (void)t, (void)err;                                           \
+        atomic_fetch_add(&((hooks *)ctx)->field, 1);                           \
+    }
+COUNTING_HOOK(count_before, before)
+COUNTING_HOOK(count_after, after)
+COUNTING_HOOK(count_error, errors)
 
 /* A pool on a manual clock that never moves, full after one far task:
  * every further submission meets the capacity bound. */
 static chime_pool *
 full_pool(t_clock *c, chime_reject_policy policy, hooks *h)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    t_clock_options(&o, c, START_NS);
+    chime_pool_options o = t_options(1);
     o.max_pending = 1;
     o.reject_policy = policy;
-    if (h) {
-        o.before_run = count_before;
-        o.after_run = count_after;
-        o.on_error = count_error;
-        o.hook_ctx = h;
-    }
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    cr_assert_eq(chime_pool_schedule(p, noop_fn, NULL, FAR_NS, NULL), 0);
+    if (h)
+        t_set_hooks(&o,
+                    &(t_hooks){.before = count_before,
+                               .after = count_after,
+                               .error = count_error},
+                    h);
+    chime_pool *p = vpool_opts(&o, c, T_START_NS);
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, T_FAR_NS, NULL), 0);
     return p;
 }
 
@@ -175,20 +145,31 @@ Test(contract, caller_runs_never_runs_a_task_of_a_closed_binding)
     chime_task *h = (chime_task *)&h;
     cr_assert_eq(chime_loop_schedule(l, where_fn, &w, 0, &h), -ESHUTDOWN);
     cr_assert_null(h);
-    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, where_fn, &w, 0,
-                                                   CHIME_MSEC, NULL),
-                 -ESHUTDOWN);
+    cr_assert_eq(
+        chime_loop_schedule_at_fixed_rate(l, where_fn, &w, 0, CHIME_MSEC, NULL),
+        -ESHUTDOWN);
     cr_assert_eq(atomic_load(&w.runs), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
 /* ---- 2. destroy from any hook or callback of the pool: -EDEADLK ---------- */
 
-enum { H_START, H_STOP, H_BEFORE, H_AFTER, H_ERROR, H_REJECT, H_FACTORY,
-       H_TERMINATED, H_LOOP_BEFORE, H_N };
+enum {
+    H_START,
+    H_STOP,
+    H_BEFORE,
+    H_AFTER,
+    H_ERROR,
+    H_REJECT,
+    H_FACTORY,
+    H_TERMINATED,
+    H_LOOP_BEFORE,
+    H_N
+};
 static const char *const hook_names[H_N] = {
-    "on_thread_start", "on_thread_stop", "before_run", "after_run", "on_error",
-    "on_reject", "create_thread", "on_terminated", "before_run (loop)"};
+    "on_thread_start", "on_thread_stop", "before_run",
+    "after_run",       "on_error",       "on_reject",
+    "create_thread",   "on_terminated",  "before_run (loop)"};
 
 typedef struct destroyer {
     chime_pool *_Atomic pool;
@@ -262,33 +243,18 @@ d_factory(pthread_t *tid, const pthread_attr_t *attr, void *(*start)(void *),
     return pthread_create(tid, attr, start, arg);
 }
 
-static int
-fail_once(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)arg;
-    (void)result;
-    return -EIO;
-}
-
 static chime_pool *
 destroyer_pool(destroyer *d)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.on_thread_start = d_start;
-    o.on_thread_stop = d_stop;
-    o.on_terminated = d_terminated;
-    o.before_run = d_before;
-    o.after_run = d_after;
-    o.on_error = d_error;
+    static const t_hooks destroyers = {d_start,  d_stop,  d_terminated,
+                                       d_before, d_after, d_error};
+    chime_pool_options o = t_options(1);
+    t_set_hooks(&o, &destroyers, d);
     o.create_thread = d_factory;
     o.reject_policy = CHIME_REJECT_CALL;
     o.on_reject = d_reject;
-    o.hook_ctx = d;
     o.reject_ctx = d;
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
+    chime_pool *p = pool_opts(&o);
     atomic_store(&d->pool, p);
     return p;
 }
@@ -301,8 +267,7 @@ assert_all_refused(destroyer *d, const int *expect_called, size_t n)
                      "%s never ran", hook_names[expect_called[i]]);
     for (int i = 0; i < H_N; i++)
         cr_expect_eq(atomic_load(&d->bad[i]), 0,
-                     "destroy from %s did not return -EDEADLK",
-                     hook_names[i]);
+                     "destroy from %s did not return -EDEADLK", hook_names[i]);
 }
 
 Test(contract, destroy_from_on_terminated_on_the_shutting_down_thread)
@@ -326,16 +291,16 @@ Test(contract, destroy_from_every_hook_and_callback_returns_edeadlk)
 
     /* A worker run that fails: thread start, before, after, on_error. */
     chime_task *t = NULL;
-    cr_assert_eq(chime_pool_schedule(p, fail_once, NULL, 0, &t), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_eio_fn, NULL, 0, &t), 0);
     cr_assert_eq(chime_task_wait(t, T_LONG_NS, NULL), CHIME_EFAILED);
     chime_task_release(t);
     /* A loop callback: before_run on the loop thread (this one). */
-    cr_assert_eq(chime_loop_post(l, noop_fn, &d, NULL), 0);
+    cr_assert_eq(chime_loop_post(l, t_noop_fn, &d, NULL), 0);
     cr_assert_eq(chime_loop_dispatch(l), 1);
     cr_assert_eq(chime_loop_close(l), 0);
     /* A rejection: on_reject on this thread, inside the submission. */
     cr_assert_eq(chime_pool_shutdown(p), 0);
-    cr_assert_eq(chime_pool_execute(p, noop_fn, NULL), 0);
+    cr_assert_eq(chime_pool_execute(p, t_noop_fn, NULL), 0);
     cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0);
     assert_all_refused(&d,
                        (int[]){H_START, H_STOP, H_BEFORE, H_AFTER, H_ERROR,
@@ -347,36 +312,22 @@ Test(contract, destroy_from_every_hook_and_callback_returns_edeadlk)
 
 /* ---- 3. a closed binding refuses before the pool's policy --------------- */
 
-static atomic_int handler_calls;
-
-static int
-count_reject(chime_pool *p, chime_task *t, int reason, void *ctx)
-{
-    (void)p;
-    (void)t;
-    (void)reason;
-    (void)ctx;
-    atomic_fetch_add(&handler_calls, 1);
-    return 0;
-}
-
 Test(contract, closed_binding_of_a_shut_down_pool_refuses_whatever_policy)
 {
     const chime_reject_policy policies[] = {
         CHIME_REJECT_ABORT, CHIME_REJECT_DISCARD, CHIME_REJECT_DISCARD_OLDEST,
         CHIME_REJECT_CALLER_RUNS, CHIME_REJECT_CALL};
     for (size_t i = 0; i < sizeof(policies) / sizeof(policies[0]); i++) {
-        chime_pool_options o;
-        chime_pool_options_init(&o);
+        atomic_int handler_calls = 0;
+        chime_pool_options o = t_options(1);
         o.reject_policy = policies[i];
-        o.on_reject = count_reject;
-        chime_pool *p = NULL;
-        cr_assert_eq(chime_pool_new(&o, &p), 0);
+        o.on_reject = t_count_reject;
+        o.reject_ctx = &handler_calls;
+        chime_pool *p = pool_opts(&o);
         chime_loop *l = NULL;
         cr_assert_eq(chime_loop_new(p, NULL, &l), 0);
         cr_assert_eq(chime_loop_close(l), 0);
         cr_assert_eq(chime_pool_shutdown(p), 0);
-        atomic_store(&handler_calls, 0);
 
         where w = {0};
         chime_task *h = (chime_task *)&h;
@@ -387,8 +338,8 @@ Test(contract, closed_binding_of_a_shut_down_pool_refuses_whatever_policy)
         cr_expect_eq(chime_loop_schedule(l, where_fn, &w, 0, &h), -ESHUTDOWN,
                      "schedule, policy %d", policies[i]);
         cr_expect_null(h);
-        cr_expect_eq(chime_loop_schedule_with_fixed_delay(
-                         l, where_fn, &w, 0, CHIME_MSEC, NULL),
+        cr_expect_eq(chime_loop_schedule_with_fixed_delay(l, where_fn, &w, 0,
+                                                          CHIME_MSEC, NULL),
                      -ESHUTDOWN, "fixed delay, policy %d", policies[i]);
         cr_expect_eq(atomic_load(&w.runs), 0);
         cr_expect_eq(atomic_load(&handler_calls), 0,
@@ -398,15 +349,6 @@ Test(contract, closed_binding_of_a_shut_down_pool_refuses_whatever_policy)
 }
 
 /* ---- 4. caller-runs: hooks and the completed count ---------------------- */
-
-static int
-fail_eio(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)arg;
-    (void)result;
-    return -EIO;
-}
 
 Test(contract, caller_runs_calls_every_hook_and_counts_the_execution)
 {
@@ -418,7 +360,7 @@ Test(contract, caller_runs_calls_every_hook_and_counts_the_execution)
     cr_assert_eq(chime_pool_schedule(p, where_fn, &w, 0, &ok), 0);
     cr_assert(pthread_equal(w.thread, pthread_self()));
     cr_assert_eq(chime_task_wait(ok, 0, NULL), 0);
-    cr_assert_eq(chime_pool_schedule(p, fail_eio, NULL, 0, &bad), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_eio_fn, NULL, 0, &bad), 0);
     cr_assert_eq(chime_task_wait(bad, 0, NULL), CHIME_EFAILED);
     cr_assert_eq(chime_task_error(bad), -EIO);
 
@@ -434,16 +376,16 @@ Test(contract, caller_runs_calls_every_hook_and_counts_the_execution)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-/* ---- 5. small gaps -------------------------------------------------------- */
+/* ---- 5. small gaps --------------------------------------------------------
+ */
 
 Test(contract, handle_calls_on_an_inherited_pending_task_return_echild)
 {
     chime_pool *p = NULL;
     cr_assert_eq(chime_pool_new(NULL, &p), 0);
     chime_task *pending = NULL, *done = NULL;
-    cr_assert_eq(chime_pool_schedule(p, where_fn, &(where){0}, FAR_NS,
-                                     &pending),
-                 0);
+    cr_assert_eq(
+        chime_pool_schedule(p, where_fn, &(where){0}, T_FAR_NS, &pending), 0);
     cr_assert_eq(chime_pool_schedule(p, t_value_fn, (void *)p, 0, &done), 0);
     cr_assert_eq(chime_task_wait(done, T_LONG_NS, NULL), 0);
 
@@ -473,29 +415,10 @@ Test(contract, handle_calls_on_an_inherited_pending_task_return_echild)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-static size_t
-ready_of(chime_loop *l)
-{
-    chime_loop_stats s;
-    cr_assert_eq(chime_loop_get_stats(l, &s), 0);
-    return s.ready;
-}
-
-static chime_pool *
-vpool(t_clock *c)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    t_clock_options(&o, c, START_NS);
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    return p;
-}
-
 Test(contract, a_due_loop_task_is_pending_contained_and_removable)
 {
     t_clock c;
-    chime_pool *p = vpool(&c);
+    chime_pool *p = vpool(1, &c);
     chime_loop *l = NULL;
     cr_assert_eq(chime_loop_new(p, NULL, &l), 0);
     where w = {0};
@@ -540,7 +463,7 @@ mark_fn(chime_task *self, void *arg, void **result)
 Test(contract, loop_callbacks_run_in_hand_over_order)
 {
     t_clock c;
-    chime_pool *p = vpool(&c);
+    chime_pool *p = vpool(1, &c);
     chime_loop_options lo;
     chime_loop_options_init(&lo);
     lo.batch_limit = 1;
@@ -550,15 +473,12 @@ Test(contract, loop_callbacks_run_in_hand_over_order)
     atomic_store(&order_n, 0);
 
     /* Due at one hand-over: (deadline, submission) order. */
-    cr_assert_eq(chime_loop_schedule(l, mark_fn, (void *)'A', 5 * CHIME_MSEC,
-                                     NULL),
-                 0);
-    cr_assert_eq(chime_loop_schedule(l, mark_fn, (void *)'B', 3 * CHIME_MSEC,
-                                     NULL),
-                 0);
-    cr_assert_eq(chime_loop_schedule(l, mark_fn, (void *)'C', 3 * CHIME_MSEC,
-                                     NULL),
-                 0);
+    cr_assert_eq(
+        chime_loop_schedule(l, mark_fn, (void *)'A', 5 * CHIME_MSEC, NULL), 0);
+    cr_assert_eq(
+        chime_loop_schedule(l, mark_fn, (void *)'B', 3 * CHIME_MSEC, NULL), 0);
+    cr_assert_eq(
+        chime_loop_schedule(l, mark_fn, (void *)'C', 3 * CHIME_MSEC, NULL), 0);
     t_clock_advance(&c, p, 10 * CHIME_MSEC);
     cr_assert(T_WAIT_UNTIL(ready_of(l) == 3, T_LONG_NS));
     while (chime_loop_dispatch(l) > 0)
@@ -572,12 +492,11 @@ Test(contract, loop_callbacks_run_in_hand_over_order)
     memset(order, 0, sizeof(order));
     atomic_store(&order_n, 0);
     chime_task *f = NULL;
-    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, mark_fn, (void *)'F',
-                                                   0, 10 * CHIME_MSEC, &f),
+    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, mark_fn, (void *)'F', 0,
+                                                   10 * CHIME_MSEC, &f),
                  0);
-    cr_assert_eq(chime_loop_schedule(l, mark_fn, (void *)'O', 15 * CHIME_MSEC,
-                                     NULL),
-                 0);
+    cr_assert_eq(
+        chime_loop_schedule(l, mark_fn, (void *)'O', 15 * CHIME_MSEC, NULL), 0);
     t_clock_advance(&c, p, 18 * CHIME_MSEC);
     cr_assert(T_WAIT_UNTIL(ready_of(l) == 2, T_LONG_NS));
     cr_assert_eq(chime_loop_dispatch(l), 1); /* F, due at +0 */

@@ -22,60 +22,6 @@ TestSuite(epoll, .timeout = 10);
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static chime_pool *
-pool_with(unsigned threads, t_clock *clock)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    if (clock)
-        t_clock_options(&o, clock, 1000 * CHIME_SEC);
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    return p;
-}
-
-static chime_loop *
-loop_with(chime_pool *p, unsigned batch_limit)
-{
-    chime_loop_options o;
-    chime_loop_options_init(&o);
-    o.batch_limit = batch_limit;
-    chime_loop *l = NULL;
-    cr_assert_eq(chime_loop_new(p, &o, &l), 0);
-    /* The test thread is the loop thread. */
-    cr_assert_eq(chime_loop_set_thread(l), 0);
-    return l;
-}
-
-/* Is the readiness fd readable right now? */
-static bool
-readable_now(chime_loop *l)
-{
-    struct pollfd pfd = {.fd = chime_loop_fd(l), .events = POLLIN};
-    int n = poll(&pfd, 1, 0);
-    cr_assert_geq(n, 0);
-    return n == 1 && (pfd.revents & POLLIN);
-}
-
-/* Waits (bounded) until the fd is readable. */
-static bool
-readable_within(chime_loop *l, int64_t timeout_ns)
-{
-    struct pollfd pfd = {.fd = chime_loop_fd(l), .events = POLLIN};
-    int n = poll(&pfd, 1, (int)(timeout_ns / CHIME_MSEC));
-    cr_assert_geq(n, 0);
-    return n == 1 && (pfd.revents & POLLIN);
-}
-
-static size_t
-ready_of(chime_loop *l)
-{
-    chime_loop_stats s;
-    cr_assert_eq(chime_loop_get_stats(l, &s), 0);
-    return s.ready;
-}
-
 static int
 epoll_for(chime_loop *l)
 {
@@ -157,8 +103,8 @@ Test(epoll, loop_callbacks_run_on_the_epoll_thread_only)
     enum { RELAYS = 20, ONESHOTS = 10, RATE_RUNS = 5 };
     const int expected = RELAYS + ONESHOTS + RATE_RUNS;
 
-    chime_pool *p = pool_with(2, NULL);
-    chime_loop *l = loop_with(p, 4);
+    chime_pool *p = pool_with(2);
+    chime_loop *l = loop_here(p, 4);
     struct where w = {.loop_thread = pthread_self(), .loop = l};
     int epfd = epoll_for(l);
 
@@ -200,46 +146,46 @@ Test(epoll, loop_callbacks_run_on_the_epoll_thread_only)
 Test(epoll, fd_is_readable_exactly_while_work_is_ready)
 {
     t_clock clock;
-    chime_pool *p = pool_with(1, &clock);
-    chime_loop *l = loop_with(p, 0);
+    chime_pool *p = vpool(1, &clock);
+    chime_loop *l = loop_here(p, 0);
     struct where w = {.loop_thread = pthread_self(), .loop = l};
 
     /* Quiet binding: not readable, and a dispatch finds nothing. */
-    cr_assert_not(readable_now(l));
+    cr_assert_not(readable(l));
     cr_assert_eq(chime_loop_dispatch(l), 0);
-    cr_assert_not(readable_now(l));
+    cr_assert_not(readable(l));
 
     /* A loop timer that is not due (the manual clock does not move). */
     chime_task *t = NULL;
     cr_assert_eq(chime_loop_schedule(l, loop_fn, &w, 100 * CHIME_MSEC, &t), 0);
-    cr_assert_not(readable_now(l));
+    cr_assert_not(readable(l));
     cr_assert_eq(ready_of(l), 0);
 
     /* Due: a worker moves it to the ready queue and the fd turns readable. */
     t_clock_advance(&clock, p, 100 * CHIME_MSEC);
-    cr_assert(readable_within(l, T_LONG_NS));
+    cr_assert(fd_readable_within(chime_loop_fd(l), T_LONG_NS / CHIME_MSEC));
     cr_assert_eq(ready_of(l), 1);
-    cr_assert(readable_now(l), "still readable until dispatched");
+    cr_assert(readable(l), "still readable until dispatched");
     cr_assert_eq(chime_loop_dispatch(l), 1);
-    cr_assert_not(readable_now(l), "drained by the dispatch that emptied it");
+    cr_assert_not(readable(l), "drained by the dispatch that emptied it");
     cr_assert_eq(ready_of(l), 0);
     cr_assert_eq(chime_task_wait(t, 0, NULL), 0);
     chime_task_release(t);
 
     /* A post is ready at once: readable before the dispatch, not after. */
     cr_assert_eq(chime_loop_post(l, loop_fn, &w, NULL), 0);
-    cr_assert(readable_now(l));
+    cr_assert(readable(l));
     cr_assert_eq(chime_loop_dispatch(l), 1);
-    cr_assert_not(readable_now(l));
+    cr_assert_not(readable(l));
 
     /* Three posts while quiet: one eventfd write, one read. */
     chime_loop_stats before, after;
     cr_assert_eq(chime_loop_get_stats(l, &before), 0);
     for (int i = 0; i < 3; i++)
         cr_assert_eq(chime_loop_post(l, loop_fn, &w, NULL), 0);
-    cr_assert(readable_now(l));
+    cr_assert(readable(l));
     cr_assert_eq(chime_loop_dispatch(l), 3);
-    cr_assert_not(readable_now(l));
+    cr_assert_not(readable(l));
     cr_assert_eq(chime_loop_get_stats(l, &after), 0);
     cr_expect_eq(after.wakeups - before.wakeups, 1);
     cr_expect_eq(after.drains - before.drains, 1);
@@ -251,7 +197,7 @@ Test(epoll, fd_is_readable_exactly_while_work_is_ready)
     cr_assert_eq(chime_task_cancel(t, 0), 0);
     cr_assert_eq(ready_of(l), 0);
     cr_assert_eq(chime_loop_dispatch(l), 0);
-    cr_assert_not(readable_now(l));
+    cr_assert_not(readable(l));
     chime_task_release(t);
 
     cr_expect_eq(atomic_load(&w.on_loop), 5);
@@ -261,39 +207,16 @@ Test(epoll, fd_is_readable_exactly_while_work_is_ready)
 
 /* ---- batch_limit bounds one dispatch ------------------------------------- */
 
-struct order {
-    int seen[16];
-    int n;
-};
-
-struct step {
-    struct order *order;
-    int id;
-};
-
-static int
-order_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    struct step *s = arg;
-    s->order->seen[s->order->n++] = s->id;
-    return 0;
-}
-
 Test(epoll, batch_limit_bounds_one_dispatch)
 {
     enum { N = 10, BATCH = 3 };
-    chime_pool *p = pool_with(1, NULL);
-    chime_loop *l = loop_with(p, BATCH);
+    chime_pool *p = pool_with(1);
+    chime_loop *l = loop_here(p, BATCH);
     int epfd = epoll_for(l);
-    struct order order = {.n = 0};
-    struct step steps[N];
-
-    for (int i = 0; i < N; i++) {
-        steps[i] = (struct step){.order = &order, .id = i};
-        cr_assert_eq(chime_loop_post(l, order_fn, &steps[i], NULL), 0);
-    }
+    order_log order;
+    order_init(&order);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(chime_loop_post(l, order_fn, &order.item[i], NULL), 0);
     cr_assert_eq(ready_of(l), N);
 
     /* 3 + 3 + 3 + 1, readable after each dispatch but the last. */
@@ -303,25 +226,25 @@ Test(epoll, batch_limit_bounds_one_dispatch)
         cr_assert_eq(epoll_wait(epfd, &ev, 1, 0), 1,
                      "level-triggered: still readable before dispatch %d", i);
         cr_assert_eq(chime_loop_dispatch(l), expect_runs[i]);
-        cr_assert_eq(readable_now(l), i < 3, "after dispatch %d", i);
+        cr_assert_eq(readable(l), i < 3, "after dispatch %d", i);
     }
     struct epoll_event ev;
     cr_assert_eq(epoll_wait(epfd, &ev, 1, 0), 0);
 
     /* Post order. */
-    cr_assert_eq(order.n, N);
+    cr_assert_eq(atomic_load(&order.n), N);
     for (int i = 0; i < N; i++)
-        cr_expect_eq(order.seen[i], i);
+        cr_expect_eq(atomic_load(&order.ids[i]), i);
 
     /* Exactly a multiple of the batch: the dispatch that takes the last task
      * also drains, so no empty extra wake-up is needed. */
-    order.n = 0;
+    atomic_store(&order.n, 0);
     for (int i = 0; i < 2 * BATCH; i++)
-        cr_assert_eq(chime_loop_post(l, order_fn, &steps[i], NULL), 0);
+        cr_assert_eq(chime_loop_post(l, order_fn, &order.item[i], NULL), 0);
     cr_assert_eq(chime_loop_dispatch(l), BATCH);
-    cr_assert(readable_now(l));
+    cr_assert(readable(l));
     cr_assert_eq(chime_loop_dispatch(l), BATCH);
-    cr_expect_not(readable_now(l), "queue empty after a full batch");
+    cr_expect_not(readable(l), "queue empty after a full batch");
 
     teardown(p, l, epfd);
 }

@@ -219,16 +219,17 @@ enum {
     EXP_REJECTED, /* evicted by DISCARD_OLDEST */
 };
 
+/* One task of the scenario; its callback is t_count_fn with the rec as
+ * arg, which counts in `runs`, the first member. */
 typedef struct rec {
-    chime_task *h;
     atomic_int runs;
+    chime_task *h;
     int exp;
     const char *what;
 } rec;
 
 #define MAX_REC 16384
-#define FAR (INT64_C(1) << 50) /* a manual-clock delay never reached */
-#define T1 1000                /* the one instant the clock moves to */
+#define T1 1000 /* the one instant the clock moves to */
 
 typedef struct sc {
     long k;
@@ -256,15 +257,6 @@ enum {
 };
 static const char *const out_names[OUT_N] = {"returned", "task failed",
                                              "in a task", "absorbed"};
-
-static int
-count_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    atomic_fetch_add(&((rec *)arg)->runs, 1);
-    return 0;
-}
 
 static rec *
 newrec(sc *s, int exp, const char *what)
@@ -330,14 +322,6 @@ heap_full(chime_pool *p)
     return full;
 }
 
-static size_t
-ready_of(chime_loop *l)
-{
-    chime_loop_stats st;
-    cr_assert_eq(chime_loop_get_stats(l, &st), 0);
-    return st.ready;
-}
-
 /* Dispatches until nothing is ready (the test thread is the loop thread). */
 static void
 drain(sc *s, chime_loop *l)
@@ -358,7 +342,7 @@ check_usable(sc *s)
         return;
     s->checked = true;
     rec *r = newrec(s, EXP_RUN, "usable: schedule");
-    cr_assert_eq(chime_pool_schedule(s->p, count_fn, r, 0, &r->h), 0,
+    cr_assert_eq(chime_pool_schedule(s->p, t_count_fn, r, 0, &r->h), 0,
                  "k=%ld: the pool is unusable after the failure", s->k);
     cr_assert_eq(chime_task_wait(r->h, T_LONG_NS, NULL), 0, "k=%ld", s->k);
     chime_loop *ls[] = {s->l1, s->l2};
@@ -366,7 +350,7 @@ check_usable(sc *s)
         if (ls[i] == NULL)
             continue;
         r = newrec(s, EXP_RUN, "usable: post");
-        cr_assert_eq(chime_loop_post(ls[i], count_fn, r, &r->h), 0,
+        cr_assert_eq(chime_loop_post(ls[i], t_count_fn, r, &r->h), 0,
                      "k=%ld: binding unusable after the failure", s->k);
         drain(s, ls[i]);
         cr_assert_eq(atomic_load(&r->runs), 1, "k=%ld", s->k);
@@ -383,7 +367,7 @@ fill_heap(sc *s, bool worker)
         rec *r = newrec(s, EXP_CANCEL, "fill");
         if (!worker)
             fi_mark("fill: schedule");
-        int rc = chime_pool_schedule(s->p, count_fn, r, FAR, &r->h);
+        int rc = chime_pool_schedule(s->p, t_count_fn, r, T_FAR_NS, &r->h);
         if (rc == 0)
             continue;
         r->exp = EXP_NONE;
@@ -415,12 +399,10 @@ static chime_pool *
 new_pool(sc *s, unsigned threads, size_t max_pending,
          chime_reject_policy policy, const char *what)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
+    chime_pool_options o = t_options(threads);
     o.max_pending = max_pending;
     o.reject_policy = policy;
-    o.clock = t_clock_now;
+    o.clock = t_clock_now; /* s->clk, whose time the scenario sets */
     o.clock_ctx = &s->clk;
     chime_pool *p = (chime_pool *)&s->clk;
     fi_mark(what);
@@ -443,63 +425,71 @@ new_loop(sc *s, const char *what)
     return l;
 }
 
-/* The rejection policies: each allocates the task before it can decide. */
+/* The rejection policies at capacity (max_pending 1): a first task fills
+ * the queue, a second meets the policy; each allocates the task before it
+ * can decide. The strings name the calls (fi_mark) and the tasks. */
+typedef struct rejection {
+    chime_reject_policy policy;
+    unsigned threads; /* > 1: the pool is prestarted (ABORT) */
+    const char *pool, *first, *again, *second, *second_rec;
+    int first_exp;  /* what the first task becomes */
+    int second_rc;  /* what the second submission returns */
+    int second_exp; /* what the second task becomes */
+} rejection;
+
+static const rejection rejections[] = {
+    /* ABORT: -EAGAIN, nothing queued. */
+    {CHIME_REJECT_ABORT, 2, "abort pool", "abort: first",
+     "abort: first (again)", "abort: second", "abort: rejected", EXP_CANCEL,
+     -EAGAIN, EXP_NONE},
+    /* CALLER_RUNS: the second one runs in this thread. */
+    {CHIME_REJECT_CALLER_RUNS, 1, "caller-runs pool", "caller-runs: first",
+     "caller-runs: first (again)", "caller-runs: second",
+     "caller-runs: ran in caller", EXP_CANCEL, 0, EXP_RUN},
+    /* DISCARD_OLDEST: the first is evicted as rejected. */
+    {CHIME_REJECT_DISCARD_OLDEST, 1, "discard-oldest pool",
+     "discard-oldest: evicted", "discard-oldest: evicted (again)",
+     "discard-oldest: second", "discard-oldest: kept", EXP_REJECTED, 0,
+     EXP_CANCEL},
+};
+
+static void
+rejection_path(sc *s, const rejection *c)
+{
+    chime_pool *p = new_pool(s, c->threads, 1, c->policy, c->pool);
+    if (c->threads > 1) {
+        fi_mark("prestart");
+        int rc = chime_pool_prestart(p);
+        if (rc != 1) {
+            /* FINDING: -ENOMEM is not among prestart's documented codes. */
+            cr_assert(rc == -ENOMEM && fi_fired_here(),
+                      "k=%ld: prestart returned %d", s->k, rc);
+            s->enomem_returns++;
+            s->enomem_what = "prestart";
+        }
+    }
+    rec *a = newrec(s, c->first_exp, c->first);
+    SUBMIT(s, a, chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0,
+           c->first);
+    if (a->exp == EXP_NONE) { /* the queue must be full for the next one */
+        a = newrec(s, c->first_exp, c->again);
+        cr_assert_eq(chime_pool_schedule(p, t_count_fn, a, T_FAR_NS, &a->h), 0);
+    }
+    rec *b = newrec(s, c->second_exp, c->second_rec);
+    SUBMIT(s, b, chime_pool_schedule(p, t_count_fn, b, T_FAR_NS, &b->h),
+           c->second_rc, c->second);
+    if (b->exp == EXP_NONE) {
+        cr_assert_null(b->h);
+        a->exp = EXP_CANCEL; /* nothing was evicted */
+    }
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
 static void
 rejection_paths(sc *s)
 {
-    /* ABORT at capacity: -EAGAIN, nothing queued. */
-    chime_pool *p = new_pool(s, 2, 1, CHIME_REJECT_ABORT, "abort pool");
-    fi_mark("prestart");
-    int rc = chime_pool_prestart(p);
-    if (rc != 1) {
-        /* FINDING: -ENOMEM is not among prestart's documented codes. */
-        cr_assert(rc == -ENOMEM && fi_fired_here(),
-                  "k=%ld: prestart returned %d", s->k, rc);
-        s->enomem_returns++;
-        s->enomem_what = "prestart";
-    }
-    rec *a = newrec(s, EXP_CANCEL, "abort: first");
-    SUBMIT(s, a, chime_pool_schedule(p, count_fn, a, FAR, &a->h), 0,
-           "abort: first");
-    if (a->exp == EXP_NONE) { /* the queue must be full for the next one */
-        a = newrec(s, EXP_CANCEL, "abort: first (again)");
-        cr_assert_eq(chime_pool_schedule(p, count_fn, a, FAR, &a->h), 0);
-    }
-    rec *b = newrec(s, EXP_NONE, "abort: rejected");
-    SUBMIT(s, b, chime_pool_schedule(p, count_fn, b, FAR, &b->h), -EAGAIN,
-           "abort: second");
-    cr_assert_null(b->h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-
-    /* CALLER_RUNS at capacity: the second one runs in this thread. */
-    p = new_pool(s, 1, 1, CHIME_REJECT_CALLER_RUNS, "caller-runs pool");
-    a = newrec(s, EXP_CANCEL, "caller-runs: first");
-    SUBMIT(s, a, chime_pool_schedule(p, count_fn, a, FAR, &a->h), 0,
-           "caller-runs: first");
-    if (a->exp == EXP_NONE) {
-        a = newrec(s, EXP_CANCEL, "caller-runs: first (again)");
-        cr_assert_eq(chime_pool_schedule(p, count_fn, a, FAR, &a->h), 0);
-    }
-    b = newrec(s, EXP_RUN, "caller-runs: ran in caller");
-    SUBMIT(s, b, chime_pool_schedule(p, count_fn, b, FAR, &b->h), 0,
-           "caller-runs: second");
-    cr_assert_eq(chime_pool_destroy(p), 0);
-
-    /* DISCARD_OLDEST at capacity: the first is evicted as rejected. */
-    p = new_pool(s, 1, 1, CHIME_REJECT_DISCARD_OLDEST, "discard-oldest pool");
-    a = newrec(s, EXP_REJECTED, "discard-oldest: evicted");
-    SUBMIT(s, a, chime_pool_schedule(p, count_fn, a, FAR, &a->h), 0,
-           "discard-oldest: first");
-    if (a->exp == EXP_NONE) {
-        a = newrec(s, EXP_REJECTED, "discard-oldest: evicted (again)");
-        cr_assert_eq(chime_pool_schedule(p, count_fn, a, FAR, &a->h), 0);
-    }
-    b = newrec(s, EXP_CANCEL, "discard-oldest: kept");
-    SUBMIT(s, b, chime_pool_schedule(p, count_fn, b, FAR, &b->h), 0,
-           "discard-oldest: second");
-    if (b->exp == EXP_NONE)
-        a->exp = EXP_CANCEL; /* nothing was evicted */
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    for (size_t i = 0; i < sizeof(rejections) / sizeof(rejections[0]); i++)
+        rejection_path(s, &rejections[i]);
 }
 
 #define N_FAR 60 /* pool one-shots due at T1: the heap grows 5 times */
@@ -524,7 +514,7 @@ scenario(sc *s, long k)
     /* Pool creation, a first task, the first worker. */
     s->p = new_pool(s, 2, 0, CHIME_REJECT_ABORT, "pool_new");
     rec *r = newrec(s, EXP_RUN, "first");
-    SUBMIT(s, r, chime_pool_schedule(s->p, count_fn, r, 0, &r->h), 0,
+    SUBMIT(s, r, chime_pool_schedule(s->p, t_count_fn, r, 0, &r->h), 0,
            "schedule (first)");
     if (r->h)
         cr_assert_eq(chime_task_wait(r->h, T_LONG_NS, NULL), 0, "k=%ld", k);
@@ -532,20 +522,21 @@ scenario(sc *s, long k)
     /* Heap growth and the second worker. */
     for (int i = 0; i < N_FAR; i++) {
         r = newrec(s, EXP_RUN, "one-shot at T1");
-        SUBMIT(s, r, chime_pool_schedule(s->p, count_fn, r, T1, &r->h), 0,
+        SUBMIT(s, r, chime_pool_schedule(s->p, t_count_fn, r, T1, &r->h), 0,
                "schedule");
     }
     r = newrec(s, EXP_PERIODIC, "fixed rate");
-    SUBMIT(s, r,
-           chime_pool_schedule_at_fixed_rate(s->p, count_fn, r, T1, T1, &r->h),
-           0, "schedule_at_fixed_rate");
-    r = newrec(s, EXP_PERIODIC, "fixed delay");
     SUBMIT(
         s, r,
-        chime_pool_schedule_with_fixed_delay(s->p, count_fn, r, T1, T1, &r->h),
-        0, "schedule_with_fixed_delay");
+        chime_pool_schedule_at_fixed_rate(s->p, t_count_fn, r, T1, T1, &r->h),
+        0, "schedule_at_fixed_rate");
+    r = newrec(s, EXP_PERIODIC, "fixed delay");
+    SUBMIT(s, r,
+           chime_pool_schedule_with_fixed_delay(s->p, t_count_fn, r, T1, T1,
+                                                &r->h),
+           0, "schedule_with_fixed_delay");
     r = newrec(s, EXP_RUN, "execute");
-    SUBMIT(s, r, chime_pool_execute(s->p, count_fn, r), 0, "execute");
+    SUBMIT(s, r, chime_pool_execute(s->p, t_count_fn, r), 0, "execute");
     if (r->exp == EXP_RUN)
         cr_assert(T_WAIT_UNTIL(atomic_load(&r->runs) == 1, T_LONG_NS));
 
@@ -554,32 +545,33 @@ scenario(sc *s, long k)
     s->l1 = new_loop(s, "loop_new");
     for (int i = 0; i < N_POSTS; i++) {
         r = newrec(s, EXP_RUN, "post");
-        SUBMIT(s, r, chime_loop_post(s->l1, count_fn, r, &r->h), 0, "post");
+        SUBMIT(s, r, chime_loop_post(s->l1, t_count_fn, r, &r->h), 0, "post");
     }
     for (int i = 0; i < 3; i++) {
         r = newrec(s, EXP_RUN, "loop one-shot");
-        SUBMIT(s, r, chime_loop_schedule(s->l1, count_fn, r, T1, &r->h), 0,
+        SUBMIT(s, r, chime_loop_schedule(s->l1, t_count_fn, r, T1, &r->h), 0,
                "loop_schedule");
     }
     r = newrec(s, EXP_PERIODIC, "loop fixed rate");
-    SUBMIT(s, r,
-           chime_loop_schedule_at_fixed_rate(s->l1, count_fn, r, T1, T1, &r->h),
-           0, "loop_schedule_at_fixed_rate");
-    r = newrec(s, EXP_PERIODIC, "loop fixed delay");
     SUBMIT(
         s, r,
-        chime_loop_schedule_with_fixed_delay(s->l1, count_fn, r, T1, T1, &r->h),
-        0, "loop_schedule_with_fixed_delay");
+        chime_loop_schedule_at_fixed_rate(s->l1, t_count_fn, r, T1, T1, &r->h),
+        0, "loop_schedule_at_fixed_rate");
+    r = newrec(s, EXP_PERIODIC, "loop fixed delay");
+    SUBMIT(s, r,
+           chime_loop_schedule_with_fixed_delay(s->l1, t_count_fn, r, T1, T1,
+                                                &r->h),
+           0, "loop_schedule_with_fixed_delay");
     for (int i = 0; i < N_SLAB; i++) {
         r = newrec(s, EXP_CANCEL, "never due");
-        SUBMIT(s, r, chime_pool_schedule(s->p, count_fn, r, FAR, &r->h), 0,
-               "schedule (never due)");
+        SUBMIT(s, r, chime_pool_schedule(s->p, t_count_fn, r, T_FAR_NS, &r->h),
+               0, "schedule (never due)");
     }
     s->l2 = new_loop(s, "loop_new (second)");
     int l2_first = atomic_load(&s->n);
     for (int i = 0; i < N_L2; i++) {
         r = newrec(s, EXP_RUN, "loop one-shot moved by a worker");
-        SUBMIT(s, r, chime_loop_schedule(s->l2, count_fn, r, T1, &r->h), 0,
+        SUBMIT(s, r, chime_loop_schedule(s->l2, t_count_fn, r, T1, &r->h), 0,
                "loop_schedule (second binding)");
     }
     int l2_end = atomic_load(&s->n);
@@ -610,7 +602,8 @@ scenario(sc *s, long k)
     r = newrec(s, EXP_PERIODIC, "heap filler");
     s->filler = (int)(r - s->r);
     SUBMIT(s, r,
-           chime_pool_schedule_at_fixed_rate(s->p, filler_fn, s, 0, FAR, &r->h),
+           chime_pool_schedule_at_fixed_rate(s->p, filler_fn, s, 0, T_FAR_NS,
+                                             &r->h),
            0, "schedule_at_fixed_rate (filler)");
     if (r->h) {
         cr_assert(T_WAIT_UNTIL(atomic_load(&r->runs) == 1, T_LONG_NS),
@@ -652,19 +645,19 @@ scenario(sc *s, long k)
     cr_assert_eq(chime_loop_close(s->l1), 0);
     cr_assert_eq(chime_loop_close(s->l2), 0);
     r = newrec(s, EXP_NONE, "post after close");
-    SUBMIT(s, r, chime_loop_post(s->l1, count_fn, r, &r->h), -ESHUTDOWN,
+    SUBMIT(s, r, chime_loop_post(s->l1, t_count_fn, r, &r->h), -ESHUTDOWN,
            "post on a closed binding");
     r = newrec(s, EXP_NONE, "loop schedule after close");
-    SUBMIT(s, r, chime_loop_schedule(s->l2, count_fn, r, 0, &r->h), -ESHUTDOWN,
-           "loop_schedule on a closed binding");
+    SUBMIT(s, r, chime_loop_schedule(s->l2, t_count_fn, r, 0, &r->h),
+           -ESHUTDOWN, "loop_schedule on a closed binding");
     cr_assert_eq(chime_pool_shutdown(s->p), 0);
     r = newrec(s, EXP_NONE, "after shutdown");
-    SUBMIT(s, r, chime_pool_schedule(s->p, count_fn, r, 0, &r->h), -ESHUTDOWN,
+    SUBMIT(s, r, chime_pool_schedule(s->p, t_count_fn, r, 0, &r->h), -ESHUTDOWN,
            "schedule after shutdown");
-    SUBMIT(s, r, chime_pool_execute(s->p, count_fn, r), -ESHUTDOWN,
+    SUBMIT(s, r, chime_pool_execute(s->p, t_count_fn, r), -ESHUTDOWN,
            "execute after shutdown");
     SUBMIT(s, r,
-           chime_pool_schedule_at_fixed_rate(s->p, count_fn, r, 0, 1, &r->h),
+           chime_pool_schedule_at_fixed_rate(s->p, t_count_fn, r, 0, 1, &r->h),
            -ESHUTDOWN, "schedule_at_fixed_rate after shutdown");
     chime_loop *l = (chime_loop *)s;
     fi_mark("loop_new after shutdown");
@@ -892,14 +885,6 @@ factory_pool(factory *f, unsigned threads)
     chime_pool *p = NULL;
     cr_assert_eq(chime_pool_new(&o, &p), 0);
     return p;
-}
-
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats st;
-    cr_assert_eq(chime_pool_get_stats(p, &st), 0);
-    return st;
 }
 
 Test(faults, a_factory_that_always_fails_refuses_work_needing_a_worker)

@@ -74,7 +74,6 @@ heap_update(chime_heap *h, struct chime_task *t)
     chime__heap_update(h, t, get_dl(t));
 }
 
-
 static uint64_t
 rng_next(uint64_t *s)
 {
@@ -112,6 +111,17 @@ task_init(struct chime_task *t, int64_t deadline, uint64_t seq)
     set_dl(t, deadline);
     t->seq = seq;
     t->heap_index = CHIME_HEAP_NONE;
+}
+
+/* Initialises h with t[0..n): t[i] due at first + i * step, seq i. */
+static void
+heap_of(chime_heap *h, struct chime_task *t, int n, int64_t first, int64_t step)
+{
+    chime__heap_init(h);
+    for (int i = 0; i < n; i++) {
+        task_init(&t[i], first + i * step, (uint64_t)i);
+        cr_assert_eq(heap_push(h, &t[i]), 0);
+    }
 }
 
 /* a before b in (deadline, seq) order */
@@ -394,11 +404,7 @@ Test(heap, remove_works_for_head_middle_last_and_only_element)
     enum { N = 15 };
     struct chime_task t[N];
     chime_heap h;
-    chime__heap_init(&h);
-    for (int i = 0; i < N; i++) {
-        task_init(&t[i], (int64_t)(N - i) * 10, (uint64_t)i);
-        cr_assert_eq(heap_push(&h, &t[i]), 0);
-    }
+    heap_of(&h, t, N, N * 10, -10); /* deadlines N*10 down to 10 */
     /* head */
     struct chime_task *head = chime__heap_peek(&h);
     cr_assert_eq(head, &t[N - 1]);
@@ -442,11 +448,7 @@ Test(heap, update_moves_a_task_up_and_down)
     enum { N = 20 };
     struct chime_task t[N];
     chime_heap h;
-    chime__heap_init(&h);
-    for (int i = 0; i < N; i++) {
-        task_init(&t[i], (int64_t)i * 100, (uint64_t)i);
-        cr_assert_eq(heap_push(&h, &t[i]), 0);
-    }
+    heap_of(&h, t, N, 0, 100);
     /* later: the head goes to the back */
     set_dl(&t[0], 1000000);
     heap_update(&h, &t[0]);

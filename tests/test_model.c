@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Model-based test: random operation sequences on a one-worker pool with a
  * virtual clock, compared step by step with the reference model of
- * tests/model.h (run order and times, return codes, outcomes, remaining
- * times, queue order, stats, hook calls). See tests/model_run.h for how the
- * two are driven and compared.
+ * tests/model.c (run order and times, return codes, outcomes, remaining
+ * times, queue order, stats, hook calls). See part 3 of tests/model.c for
+ * how the two are driven and compared.
  *
  * Each sequence has its own seed, derived from a base seed that is printed.
  * Replay one sequence: CHIME_SEED=<sequence seed> ./test_model
@@ -14,7 +14,8 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 
-#include "model_run.h"
+#include "chime/chime.h"
+#include "model.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -13,36 +13,7 @@
 
 TestSuite(overflow, .timeout = 10);
 
-#define UPPER_NS (5 * CHIME_SEC)
-#define QUIET_NS (30 * CHIME_MSEC)
-
 /* ---- helpers ------------------------------------------------------------ */
-
-static chime_pool *
-pool_opts(chime_pool_options *o)
-{
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(o, &p), 0);
-    cr_assert_not_null(p);
-    return p;
-}
-
-static chime_pool *
-pool_with(unsigned threads)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    return pool_opts(&o);
-}
-
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats s;
-    cr_assert_eq(chime_pool_get_stats(p, &s), 0);
-    return s;
-}
 
 /* The four submission kinds. */
 enum { API_EXECUTE, API_SCHEDULE, API_FIXED_RATE, API_FIXED_DELAY, API_N };
@@ -141,56 +112,52 @@ Test(overflow, max_fixed_delay_task_submits_due_now_work_by_every_api)
     }
 }
 
+/* A task due now, submitted by `due_api` behind a busy worker, runs before
+ * an end-of-time task (submitted after it by `end_api`, delay `end`), which
+ * never runs; shutdown then terminates at once. */
+static void
+end_of_time_behind(int due_api, int end_api, int64_t end)
+{
+    chime_pool_options o = t_options(1);
+    o.execute_delayed_after_shutdown = false;
+    chime_pool *p = pool_opts(&o);
+    t_latch gate, due_ran;
+    t_latch_init(&due_ran, 1);
+    atomic_int eot_runs = 0;
+    chime_task *due = NULL, *eot = NULL;
+    chime_task *blocker = t_block_worker(p, &gate);
+    int64_t t_due = chime_now_ns();
+    cr_assert_eq(submit(p, due_api, t_latch_fn, &due_ran, 0, &due), 0);
+    /* one clock tick: the due task is now overdue */
+    cr_assert(T_WAIT_UNTIL(chime_now_ns() > t_due, T_LONG_NS));
+    cr_assert_eq(submit(p, end_api, t_count_fn, &eot_runs, end, &eot), 0);
+    cr_assert_gt(chime_task_remaining(eot), INT64_MAX / 2);
+    t_latch_count_down(&gate);
+    cr_assert(t_latch_wait(&due_ran, T_LONG_NS),
+              "due %s behind end-of-time %s never ran", api_name[due_api],
+              api_name[end_api]);
+
+    cr_assert_eq(chime_pool_shutdown(p), 0);
+    cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0,
+                 "shutdown did not terminate (%s/%s)", api_name[due_api],
+                 api_name[end_api]);
+    cr_assert_eq(atomic_load(&eot_runs), 0);
+    cr_assert_eq(chime_task_get_state(eot), CHIME_TASK_CANCELLED);
+    T_RELEASE(blocker, due, eot);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    t_latch_destroy(&gate);
+    t_latch_destroy(&due_ran);
+}
+
 /* B24 */
 Test(overflow, end_of_time_task_never_delays_a_due_task)
 {
     static const int64_t ends[] = {INT64_MAX, INT64_MAX - 1};
-    for (int due_api = 0; due_api < API_N; due_api++) {
+    for (int due_api = 0; due_api < API_N; due_api++)
         /* execute has no delay: the end-of-time task uses the other 3 */
-        for (int end_api = API_SCHEDULE; end_api < API_N; end_api++) {
-            for (size_t e = 0; e < sizeof ends / sizeof ends[0]; e++) {
-                chime_pool_options o;
-                chime_pool_options_init(&o);
-                o.threads = 1;
-                o.execute_delayed_after_shutdown = false;
-                chime_pool *p = pool_opts(&o);
-                t_latch gate, due_ran;
-                t_latch_init(&gate, 1);
-                t_latch_init(&due_ran, 1);
-                atomic_int eot_runs = 0;
-                chime_task *blocker = NULL, *due = NULL, *eot = NULL;
-
-                cr_assert_eq(
-                    chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
-                int64_t t_due = chime_now_ns();
-                cr_assert_eq(submit(p, due_api, t_latch_fn, &due_ran, 0, &due),
-                             0);
-                /* one clock tick: the due task is now overdue */
-                cr_assert(T_WAIT_UNTIL(chime_now_ns() > t_due, T_LONG_NS));
-                cr_assert_eq(
-                    submit(p, end_api, t_count_fn, &eot_runs, ends[e], &eot),
-                    0);
-                cr_assert_gt(chime_task_remaining(eot), INT64_MAX / 2);
-                t_latch_count_down(&gate);
-                cr_assert(t_latch_wait(&due_ran, T_LONG_NS),
-                          "due %s behind end-of-time %s never ran",
-                          api_name[due_api], api_name[end_api]);
-
-                cr_assert_eq(chime_pool_shutdown(p), 0);
-                cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0,
-                             "shutdown did not terminate (%s/%s)",
-                             api_name[due_api], api_name[end_api]);
-                cr_assert_eq(atomic_load(&eot_runs), 0);
-                cr_assert_eq(chime_task_get_state(eot), CHIME_TASK_CANCELLED);
-                chime_task_release(blocker);
-                chime_task_release(due);
-                chime_task_release(eot);
-                cr_assert_eq(chime_pool_destroy(p), 0);
-                t_latch_destroy(&gate);
-                t_latch_destroy(&due_ran);
-            }
-        }
-    }
+        for (int end_api = API_SCHEDULE; end_api < API_N; end_api++)
+            for (size_t e = 0; e < sizeof ends / sizeof ends[0]; e++)
+                end_of_time_behind(due_api, end_api, ends[e]);
 }
 
 /* ---- B26: saturation -------------------------------------------------- */
@@ -245,7 +212,7 @@ Test(overflow, far_deadline_does_not_make_the_worker_spin)
     cr_assert_eq(chime_task_wait(h, 50 * CHIME_MSEC, NULL), -ETIMEDOUT);
     int64_t waited = chime_now_ns() - t0;
     cr_assert_geq(waited, 50 * CHIME_MSEC);
-    cr_assert_lt(waited, UPPER_NS);
+    cr_assert_lt(waited, T_UPPER_NS);
     uint64_t waits1 = stats_of(p).timed_waits;
     cr_assert_leq(waits1 - waits0, 2, "worker woke %llu times",
                   (unsigned long long)(waits1 - waits0));
@@ -308,33 +275,14 @@ Test(overflow, huge_wait_timeouts_do_not_expire_at_once)
     cr_assert_eq(chime_pool_destroy(helper), 0);
 }
 
-typedef struct sleeper {
-    t_latch started;
-    atomic_int rc;
-    atomic_llong slept;
-} sleeper;
-
-static int
-sleeps_forever_fn(chime_task *self, void *arg, void **result)
-{
-    (void)result;
-    sleeper *s = arg;
-    t_latch_count_down(&s->started);
-    int64_t t0 = chime_now_ns();
-    int rc = chime_task_sleep(self, INT64_MAX);
-    atomic_store(&s->slept, chime_now_ns() - t0);
-    atomic_store(&s->rc, rc);
-    return 0;
-}
-
 /* B26 */
 Test(overflow, max_task_sleep_sleeps_until_interrupted)
 {
     chime_pool *p = pool_with(1);
-    sleeper s = {.rc = 1};
-    t_latch_init(&s.started, 1);
+    t_sleeper s; /* sleeps "forever" */
+    t_sleeper_init(&s, 1, INT64_MAX);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, sleeps_forever_fn, &s, 0, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_sleeper_fn, &s, 0, &h), 0);
     cr_assert(t_latch_wait(&s.started, T_LONG_NS));
     /* still sleeping after a while: an overflowed timeout would return 0
      * at once */
@@ -346,7 +294,7 @@ Test(overflow, max_task_sleep_sleeps_until_interrupted)
     cr_assert_geq(atomic_load(&s.slept), 20 * CHIME_MSEC);
     chime_task_release(h);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    t_latch_destroy(&s.started);
+    t_sleeper_destroy(&s);
 }
 
 /* ---- saturation on the virtual clock near the end of time -------------- */
@@ -354,21 +302,11 @@ Test(overflow, max_task_sleep_sleeps_until_interrupted)
 /* The manual clock starts 100 ms before INT64_MAX. */
 #define NEAR_END (INT64_MAX - 100 * CHIME_MSEC)
 
-static chime_pool *
-pool_near_end(unsigned threads, t_clock *c)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    t_clock_options(&o, c, NEAR_END);
-    return pool_opts(&o);
-}
-
 /* B26 on the virtual clock */
 Test(overflow, deadline_saturates_instead_of_wrapping)
 {
     t_clock c;
-    chime_pool *p = pool_near_end(1, &c);
+    chime_pool *p = vpool_at(1, &c, NEAR_END);
     atomic_int far = 0, near = 0;
     chime_task *hf = NULL, *hn = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &far, CHIME_SEC, &hf), 0);
@@ -377,7 +315,7 @@ Test(overflow, deadline_saturates_instead_of_wrapping)
     /* saturated at INT64_MAX: 100 ms away, not in the past */
     cr_assert_eq(chime_task_remaining(hf), 100 * CHIME_MSEC);
     cr_assert_eq(chime_task_remaining(hn), 10 * CHIME_MSEC);
-    cr_assert_eq(chime_task_wait(hf, QUIET_NS, NULL), -ETIMEDOUT,
+    cr_assert_eq(chime_task_wait(hf, T_QUIET_NS, NULL), -ETIMEDOUT,
                  "a saturated deadline ran at once");
     t_clock_advance(&c, p, 10 * CHIME_MSEC);
     cr_assert_eq(chime_task_wait(hn, T_LONG_NS, NULL), 0);
@@ -386,7 +324,7 @@ Test(overflow, deadline_saturates_instead_of_wrapping)
     /* re-arm saturates the same way */
     cr_assert_eq(chime_task_rearm(hf, INT64_MAX), 0);
     cr_assert_eq(chime_task_remaining(hf), 90 * CHIME_MSEC);
-    cr_assert_eq(chime_task_wait(hf, QUIET_NS, NULL), -ETIMEDOUT);
+    cr_assert_eq(chime_task_wait(hf, T_QUIET_NS, NULL), -ETIMEDOUT);
     chime_task_release(hf);
     chime_task_release(hn);
     cr_assert_eq(chime_pool_destroy(p), 0);
@@ -401,7 +339,7 @@ Test(overflow, periodic_next_deadline_saturates_instead_of_wrapping)
      * INT64_MAX; wrapping would make it due at once and spin. */
     for (int api = API_FIXED_RATE; api <= API_FIXED_DELAY; api++) {
         t_clock c;
-        chime_pool *p = pool_near_end(1, &c);
+        chime_pool *p = vpool_at(1, &c, NEAR_END);
         atomic_int n = 0;
         chime_task *h = NULL;
         int rc = api == API_FIXED_RATE
@@ -417,10 +355,10 @@ Test(overflow, periodic_next_deadline_saturates_instead_of_wrapping)
             "%s never re-queued", api_name[api]);
         cr_assert_eq(chime_task_remaining(h), 100 * CHIME_MSEC, "%s",
                      api_name[api]);
-        cr_assert_not(T_WAIT_UNTIL(atomic_load(&n) != 1, QUIET_NS),
+        cr_assert_not(T_WAIT_UNTIL(atomic_load(&n) != 1, T_QUIET_NS),
                       "%s ran again at once", api_name[api]);
         t_clock_advance(&c, p, 50 * CHIME_MSEC);
-        cr_assert_not(T_WAIT_UNTIL(atomic_load(&n) != 1, QUIET_NS));
+        cr_assert_not(T_WAIT_UNTIL(atomic_load(&n) != 1, T_QUIET_NS));
         cr_assert_eq(chime_task_cancel(h, 0), 0);
         chime_task_release(h);
         cr_assert_eq(chime_pool_destroy(p), 0);
@@ -432,15 +370,9 @@ Test(overflow, periodic_next_deadline_saturates_instead_of_wrapping)
 Test(overflow, negative_delays_mean_now)
 {
     t_clock c;
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = 1;
-    t_clock_options(&o, &c, CHIME_SEC);
-    chime_pool *p = pool_opts(&o);
+    chime_pool *p = vpool_at(1, &c, CHIME_SEC);
     t_latch gate;
-    t_latch_init(&gate, 1);
-    chime_task *blocker = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, 0, &blocker), 0);
+    chime_task *blocker = t_block_worker(p, &gate);
     static const int64_t neg[] = {-1, -5 * CHIME_SEC, INT64_MIN + 1, INT64_MIN};
     enum { K = sizeof neg / sizeof neg[0] };
     atomic_int n = 0;
@@ -456,15 +388,13 @@ Test(overflow, negative_delays_mean_now)
                  0);
     cr_assert_eq(chime_task_remaining(rate), 0);
     t_latch_count_down(&gate);
-    for (int i = 0; i < K; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
+    t_wait_all(h, K, T_LONG_NS, 0);
     cr_assert(T_WAIT_UNTIL(atomic_load(&n) == K + 1 &&
                                chime_task_get_state(rate) == CHIME_TASK_PENDING,
                            T_LONG_NS));
     cr_assert_eq(chime_task_remaining(rate), CHIME_SEC);
     cr_assert_eq(chime_task_cancel(rate, 0), 0);
-    for (int i = 0; i < K; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, K);
     chime_task_release(rate);
     chime_task_release(blocker);
     cr_assert_eq(chime_pool_destroy(p), 0);

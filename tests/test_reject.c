@@ -15,14 +15,6 @@ TestSuite(reject, .timeout = 10);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats s;
-    cr_assert_eq(chime_pool_get_stats(p, &s), 0);
-    return s;
-}
-
 /* Records calls of the CALL policy's handler. */
 typedef struct reject_rec {
     pthread_mutex_t mu;
@@ -76,9 +68,7 @@ static chime_pool *
 new_pool(t_clock *clk, chime_reject_policy pol, size_t max_pending,
          reject_rec *r)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = 1;
+    chime_pool_options o = t_options(1);
     o.max_pending = max_pending;
     o.reject_policy = pol;
     if (r != NULL) {
@@ -86,29 +76,41 @@ new_pool(t_clock *clk, chime_reject_policy pol, size_t max_pending,
         o.reject_ctx = r;
     }
     t_clock_options(&o, clk, 0);
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    return p;
+    return pool_opts(&o);
 }
 
-/* Fills the queue with n tasks due at (i + 1) seconds. */
+/* A pool(1) on the manual clock, filled to its capacity `cap` (at most 2)
+ * with tasks due at 1 s, 2 s: h[i] counts its runs in runs[i]; runs[cap]
+ * is left for a task the test submits beyond the capacity. */
+typedef struct full {
+    t_clock clk;
+    chime_pool *p;
+    int cap;
+    atomic_int runs[3];
+    chime_task *h[2];
+} full;
+
 static void
-fill(chime_pool *p, int n, atomic_int *runs, chime_task **h)
+full_start(full *f, chime_reject_policy pol, int cap, reject_rec *r)
 {
-    for (int i = 0; i < n; i++)
-        cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs[i],
-                                         (i + 1) * CHIME_SEC, &h[i]),
+    f->cap = cap;
+    for (int i = 0; i < 3; i++)
+        atomic_init(&f->runs[i], 0);
+    f->p = new_pool(&f->clk, pol, (size_t)cap, r);
+    for (int i = 0; i < cap; i++)
+        cr_assert_eq(chime_pool_schedule(f->p, t_count_fn, &f->runs[i],
+                                         (i + 1) * CHIME_SEC, &f->h[i]),
                      0);
 }
 
+/* Releases the filling tasks' handles and destroys the pool. */
 static void
-release_all(chime_task **h, int n)
+full_end(full *f)
 {
-    for (int i = 0; i < n; i++)
-        chime_task_release(h[i]);
+    t_release_all(f->h, (size_t)f->cap);
+    cr_assert_eq(chime_pool_destroy(f->p), 0);
 }
 
-/* Records the thread it runs on. */
 typedef struct where {
     pthread_mutex_t mu;
     pthread_t thr;
@@ -116,6 +118,21 @@ typedef struct where {
     int ret;
 } where;
 
+static void
+where_init(where *w, int ret)
+{
+    pthread_mutex_init(&w->mu, NULL);
+    atomic_store(&w->runs, 0);
+    w->ret = ret;
+}
+
+static void
+where_destroy(where *w)
+{
+    pthread_mutex_destroy(&w->mu);
+}
+
+/* Records the thread it runs on; returns `ret`, with itself as result. */
 static int
 where_fn(chime_task *self, void *arg, void **result)
 {
@@ -127,14 +144,6 @@ where_fn(chime_task *self, void *arg, void **result)
     atomic_fetch_add(&w->runs, 1);
     *result = w;
     return w->ret;
-}
-
-static void
-where_init(where *w, int ret)
-{
-    pthread_mutex_init(&w->mu, NULL);
-    atomic_store(&w->runs, 0);
-    w->ret = ret;
 }
 
 /* ---- options ------------------------------------------------------------ */
@@ -161,8 +170,7 @@ Test(reject, default_policy_is_abort)
 
 Test(reject, call_policy_needs_a_handler_and_policies_are_checked)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
+    chime_pool_options o = t_options(1);
     chime_pool *p = (chime_pool *)&p;
     o.reject_policy = CHIME_REJECT_CALL;
     cr_assert_eq(chime_pool_new(&o, &p), -EINVAL);
@@ -177,19 +185,18 @@ Test(reject, call_policy_needs_a_handler_and_policies_are_checked)
 
 Test(reject, abort_at_capacity_returns_eagain_and_queues_nothing)
 {
-    t_clock clk;
-    chime_pool *p = new_pool(&clk, CHIME_REJECT_ABORT, 2, NULL);
-    atomic_int runs[3] = {0};
-    chime_task *h[2];
-    fill(p, 2, runs, h);
+    full f;
+    full_start(&f, CHIME_REJECT_ABORT, 2, NULL);
+    chime_pool *p = f.p;
     chime_pool_stats s0 = stats_of(p);
 
     chime_task *x = (chime_task *)&x;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs[2], 0, &x), -EAGAIN);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &f.runs[2], 0, &x),
+                 -EAGAIN);
     cr_assert_null(x);
-    cr_assert_eq(chime_pool_execute(p, t_count_fn, &runs[2]), -EAGAIN);
+    cr_assert_eq(chime_pool_execute(p, t_count_fn, &f.runs[2]), -EAGAIN);
     x = (chime_task *)&x;
-    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, t_count_fn, &runs[2],
+    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, t_count_fn, &f.runs[2],
                                                       0, CHIME_SEC, &x),
                  -EAGAIN);
     cr_assert_null(x);
@@ -200,16 +207,14 @@ Test(reject, abort_at_capacity_returns_eagain_and_queues_nothing)
     cr_assert_eq(s.rejected, 3);
 
     /* the queued tasks are unaffected and run when due */
-    t_clock_advance(&clk, p, 2 * CHIME_SEC);
-    for (int i = 0; i < 2; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&runs[2]), 0);
+    t_clock_advance(&f.clk, p, 2 * CHIME_SEC);
+    t_wait_all(f.h, 2, T_LONG_NS, 0);
+    cr_assert_eq(atomic_load(&f.runs[2]), 0);
     /* room again */
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs[2], 0, &x), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &f.runs[2], 0, &x), 0);
     cr_assert_eq(chime_task_wait(x, T_LONG_NS, NULL), 0);
     chime_task_release(x);
-    release_all(h, 2);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    full_end(&f);
 }
 
 /* max_pending counts queued tasks, not running ones. */
@@ -267,15 +272,13 @@ Test(reject, abort_after_shutdown_returns_eshutdown)
 
 Test(reject, discard_at_capacity_completes_the_handle_as_rejected)
 {
-    t_clock clk;
-    chime_pool *p = new_pool(&clk, CHIME_REJECT_DISCARD, 2, NULL);
-    atomic_int runs[3] = {0};
-    chime_task *h[2];
-    fill(p, 2, runs, h);
+    full f;
+    full_start(&f, CHIME_REJECT_DISCARD, 2, NULL);
+    chime_pool *p = f.p;
     uint64_t submitted = stats_of(p).submitted;
 
     chime_task *x = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs[2], 0, &x), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &f.runs[2], 0, &x), 0);
     cr_assert_not_null(x);
     cr_assert(chime_task_is_done(x));
     cr_assert(!chime_task_is_cancelled(x));
@@ -285,21 +288,19 @@ Test(reject, discard_at_capacity_completes_the_handle_as_rejected)
     cr_assert_eq(chime_task_error(x), -EAGAIN);
     cr_assert(!chime_pool_contains(p, x));
     /* fire-and-forget is discarded too */
-    cr_assert_eq(chime_pool_execute(p, t_count_fn, &runs[2]), 0);
+    cr_assert_eq(chime_pool_execute(p, t_count_fn, &f.runs[2]), 0);
 
     chime_pool_stats s = stats_of(p);
     cr_assert_eq(s.pending, 2);
     cr_assert_eq(s.rejected, 2);
     cr_assert_eq(s.submitted, submitted);
 
-    t_clock_advance(&clk, p, 2 * CHIME_SEC);
-    for (int i = 0; i < 2; i++)
-        cr_assert_eq(chime_task_wait(h[i], T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&runs[2]), 0);
+    t_clock_advance(&f.clk, p, 2 * CHIME_SEC);
+    t_wait_all(f.h, 2, T_LONG_NS, 0);
+    cr_assert_eq(atomic_load(&f.runs[2]), 0);
     chime_task_release(x);
-    release_all(h, 2);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&runs[2]), 0);
+    full_end(&f);
+    cr_assert_eq(atomic_load(&f.runs[2]), 0);
 }
 
 /* B66 (discard) */
@@ -363,7 +364,7 @@ Test(reject, discard_oldest_drops_the_earliest_deadline_task)
                      atomic_load(&runs[3]),
                  3);
     chime_task_release(x);
-    release_all(h, 3);
+    t_release_all(h, 3);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
@@ -395,88 +396,79 @@ Test(reject, discard_oldest_after_shutdown_discards_the_new_task)
 
 /* ---- CALLER_RUNS --------------------------------------------------------- */
 
+/* On a full CALLER_RUNS pool, a where_fn task returning `ret`, submitted
+ * as a fixed-rate task (periodic) or a one-shot: it ran once, in this
+ * thread, before the submission returned. Returns its handle. */
+static chime_task *
+caller_run(full *f, where *w, int ret, bool periodic)
+{
+    full_start(f, CHIME_REJECT_CALLER_RUNS, 1, NULL);
+    where_init(w, ret);
+    chime_task *x = NULL;
+    cr_assert_eq(periodic ? chime_pool_schedule_at_fixed_rate(f->p, where_fn, w,
+                                                              0, CHIME_MSEC, &x)
+                          : chime_pool_schedule(f->p, where_fn, w, 0, &x),
+                 0);
+    cr_assert_eq(atomic_load(&w->runs), 1, "ran before schedule returned");
+    pthread_mutex_lock(&w->mu);
+    cr_assert(pthread_equal(w->thr, pthread_self()));
+    pthread_mutex_unlock(&w->mu);
+    return x;
+}
+
+/* Releases x, then the pool, then w. */
+static void
+caller_end(full *f, where *w, chime_task *x)
+{
+    chime_task_release(x);
+    full_end(f);
+    where_destroy(w);
+}
+
 Test(reject, caller_runs_at_capacity_runs_in_the_calling_thread)
 {
-    t_clock clk;
-    chime_pool *p = new_pool(&clk, CHIME_REJECT_CALLER_RUNS, 1, NULL);
-    atomic_int runs[1] = {0};
-    chime_task *h[1];
-    fill(p, 1, runs, h);
-
+    full f;
     where w;
-    where_init(&w, 0);
-    chime_task *x = NULL;
-    cr_assert_eq(chime_pool_schedule(p, where_fn, &w, 0, &x), 0);
-    cr_assert_eq(atomic_load(&w.runs), 1, "ran before schedule returned");
-    pthread_mutex_lock(&w.mu);
-    cr_assert(pthread_equal(w.thr, pthread_self()));
-    pthread_mutex_unlock(&w.mu);
+    chime_task *x = caller_run(&f, &w, 0, false);
     void *res = NULL;
     cr_assert_eq(chime_task_wait(x, 0, &res), 0);
     cr_assert_eq(res, &w);
     cr_assert_eq(chime_task_get_state(x), CHIME_TASK_DONE);
 
     /* execute(): same, no handle */
-    cr_assert_eq(chime_pool_execute(p, where_fn, &w), 0);
+    cr_assert_eq(chime_pool_execute(f.p, where_fn, &w), 0);
     cr_assert_eq(atomic_load(&w.runs), 2);
 
-    chime_pool_stats s = stats_of(p);
+    chime_pool_stats s = stats_of(f.p);
     cr_assert_eq(s.pending, 1);
     cr_assert_eq(s.rejected, 2);
-    cr_assert_eq(chime_task_get_state(h[0]), CHIME_TASK_PENDING);
-    chime_task_release(x);
-    release_all(h, 1);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    cr_assert_eq(chime_task_get_state(f.h[0]), CHIME_TASK_PENDING);
+    caller_end(&f, &w, x);
     cr_assert_eq(atomic_load(&w.runs), 2);
-    pthread_mutex_destroy(&w.mu);
 }
 
 Test(reject, caller_runs_failure_is_the_handle_outcome)
 {
-    t_clock clk;
-    chime_pool *p = new_pool(&clk, CHIME_REJECT_CALLER_RUNS, 1, NULL);
-    atomic_int runs[1] = {0};
-    chime_task *h[1];
-    fill(p, 1, runs, h);
-
+    full f;
     where w;
-    where_init(&w, -EMSGSIZE);
-    chime_task *x = NULL;
-    cr_assert_eq(chime_pool_schedule(p, where_fn, &w, 0, &x), 0);
-    cr_assert_eq(atomic_load(&w.runs), 1);
+    chime_task *x = caller_run(&f, &w, -EMSGSIZE, false);
     cr_assert_eq(chime_task_wait(x, 0, NULL), CHIME_EFAILED);
     cr_assert_eq(chime_task_error(x), -EMSGSIZE);
-    chime_task_release(x);
-    release_all(h, 1);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    pthread_mutex_destroy(&w.mu);
+    caller_end(&f, &w, x);
 }
 
 Test(reject, caller_runs_periodic_runs_once_then_is_rejected)
 {
-    t_clock clk;
-    chime_pool *p = new_pool(&clk, CHIME_REJECT_CALLER_RUNS, 1, NULL);
-    atomic_int runs[1] = {0};
-    chime_task *h[1];
-    fill(p, 1, runs, h);
-
+    full f;
     where w;
-    where_init(&w, 0);
-    chime_task *x = NULL;
-    cr_assert_eq(
-        chime_pool_schedule_at_fixed_rate(p, where_fn, &w, 0, CHIME_MSEC, &x),
-        0);
-    cr_assert_eq(atomic_load(&w.runs), 1);
+    chime_task *x = caller_run(&f, &w, 0, true);
     cr_assert_eq(chime_task_wait(x, 0, NULL), CHIME_EREJECTED);
     cr_assert_eq(chime_task_error(x), -EAGAIN);
-    cr_assert(!chime_pool_contains(p, x));
-    t_clock_advance(&clk, p, 10 * CHIME_MSEC);
+    cr_assert(!chime_pool_contains(f.p, x));
+    t_clock_advance(&f.clk, f.p, 10 * CHIME_MSEC);
     cr_assert_eq(atomic_load(&w.runs), 1, "never again");
-    chime_task_release(x);
-    release_all(h, 1);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    caller_end(&f, &w, x);
     cr_assert_eq(atomic_load(&w.runs), 1);
-    pthread_mutex_destroy(&w.mu);
 }
 
 /* B66 (caller-runs): a shut-down pool runs nothing new. */
@@ -496,23 +488,21 @@ Test(reject, caller_runs_after_shutdown_discards)
     cr_assert_eq(stats_of(p).rejected, 2);
     chime_task_release(x);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    pthread_mutex_destroy(&w.mu);
+    where_destroy(&w);
 }
 
 /* ---- CALL ---------------------------------------------------------------- */
 
 Test(reject, call_handler_runs_once_with_the_completed_task_and_reason)
 {
-    t_clock clk;
     reject_rec r;
     rec_init(&r, 0);
-    chime_pool *p = new_pool(&clk, CHIME_REJECT_CALL, 1, &r);
-    atomic_int runs[2] = {0};
-    chime_task *h[1];
-    fill(p, 1, runs, h);
+    full f;
+    full_start(&f, CHIME_REJECT_CALL, 1, &r);
+    chime_pool *p = f.p;
 
     chime_task *x = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs[1], 0, &x), 0,
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &f.runs[1], 0, &x), 0,
                  "the handler's 0 is the result");
     cr_assert_eq(atomic_load(&r.calls), 1);
     pthread_mutex_lock(&r.mu);
@@ -523,7 +513,7 @@ Test(reject, call_handler_runs_once_with_the_completed_task_and_reason)
     cr_assert_eq(r.task_state, CHIME_TASK_REJECTED);
     cr_assert_eq(r.task_error, -EAGAIN);
     cr_assert_eq(r.fn, t_count_fn);
-    cr_assert_eq(r.arg, &runs[1]);
+    cr_assert_eq(r.arg, &f.runs[1]);
     cr_assert_eq(r.task, x, "the handle is the task the handler saw");
     pthread_mutex_unlock(&r.mu);
     cr_assert_eq(chime_task_wait(x, 0, NULL), CHIME_EREJECTED);
@@ -531,49 +521,45 @@ Test(reject, call_handler_runs_once_with_the_completed_task_and_reason)
     cr_assert_eq(stats_of(p).pending, 1);
 
     /* accepted submissions do not call it */
-    t_clock_advance(&clk, p, CHIME_SEC);
-    cr_assert_eq(chime_task_wait(h[0], T_LONG_NS, NULL), 0);
+    t_clock_advance(&f.clk, p, CHIME_SEC);
+    cr_assert_eq(chime_task_wait(f.h[0], T_LONG_NS, NULL), 0);
     chime_task *y = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs[1], 0, &y), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &f.runs[1], 0, &y), 0);
     cr_assert_eq(chime_task_wait(y, T_LONG_NS, NULL), 0);
     cr_assert_eq(atomic_load(&r.calls), 1);
-    cr_assert_eq(atomic_load(&runs[1]), 1);
+    cr_assert_eq(atomic_load(&f.runs[1]), 1);
 
     chime_task_release(x);
     chime_task_release(y);
-    release_all(h, 1);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    full_end(&f);
     pthread_mutex_destroy(&r.mu);
 }
 
 Test(reject, call_handler_error_is_the_submission_result)
 {
-    t_clock clk;
     reject_rec r;
     rec_init(&r, -EBUSY);
-    chime_pool *p = new_pool(&clk, CHIME_REJECT_CALL, 1, &r);
-    atomic_int runs[2] = {0};
-    chime_task *h[1];
-    fill(p, 1, runs, h);
+    full f;
+    full_start(&f, CHIME_REJECT_CALL, 1, &r);
+    chime_pool *p = f.p;
 
     chime_task *x = (chime_task *)&x;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs[1], 0, &x), -EBUSY);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &f.runs[1], 0, &x), -EBUSY);
     cr_assert_null(x, "no handle with an error");
-    cr_assert_eq(chime_pool_execute(p, t_count_fn, &runs[1]), -EBUSY);
+    cr_assert_eq(chime_pool_execute(p, t_count_fn, &f.runs[1]), -EBUSY);
     cr_assert_eq(atomic_load(&r.calls), 2);
     cr_assert_eq(stats_of(p).rejected, 2);
 
     cr_assert_eq(chime_pool_shutdown(p), 0);
     x = (chime_task *)&x;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs[1], 0, &x), -EBUSY);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &f.runs[1], 0, &x), -EBUSY);
     cr_assert_null(x);
     cr_assert_eq(atomic_load(&r.calls), 3);
     pthread_mutex_lock(&r.mu);
     cr_assert_eq(r.reason, -ESHUTDOWN);
     pthread_mutex_unlock(&r.mu);
-    release_all(h, 1);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    cr_assert_eq(atomic_load(&runs[1]), 0);
+    full_end(&f);
+    cr_assert_eq(atomic_load(&f.runs[1]), 0);
     pthread_mutex_destroy(&r.mu);
 }
 
@@ -639,10 +625,8 @@ Test(reject, every_submission_kind_calls_the_handler_once_after_shutdown)
         cr_assert_eq(r.pool, p);
         cr_assert_eq(r.reason, -ESHUTDOWN);
         pthread_mutex_unlock(&r.mu);
-        for (int i = 0; i < 4; i++) {
-            cr_assert_eq(chime_task_wait(x[i], 0, NULL), CHIME_EREJECTED);
-            chime_task_release(x[i]);
-        }
+        t_wait_all(x, 4, 0, CHIME_EREJECTED);
+        t_release_all(x, 4);
         chime_pool_stats s = stats_of(p);
         cr_assert_eq(s.submitted, s0.submitted);
         cr_assert_eq(s.completed, s0.completed);

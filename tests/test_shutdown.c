@@ -15,84 +15,8 @@ TestSuite(shutdown, .timeout = 10);
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats s;
-    cr_assert_eq(chime_pool_get_stats(p, &s), 0);
-    return s;
-}
-
-static chime_pool *
-new_pool(unsigned threads, t_clock *clk)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    if (clk != NULL)
-        t_clock_options(&o, clk, 0);
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    return p;
-}
-
-/* Blocks until the gate opens, ignoring interrupts. */
-typedef struct gate {
-    t_latch started;
-    t_latch open;
-    atomic_int runs;
-} gate;
-
-static void
-gate_init(gate *g, int tasks)
-{
-    t_latch_init(&g->started, tasks);
-    t_latch_init(&g->open, 1);
-    atomic_store(&g->runs, 0);
-}
-
-static void
-gate_destroy(gate *g)
-{
-    t_latch_destroy(&g->started);
-    t_latch_destroy(&g->open);
-}
-
-static int
-gate_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    gate *g = arg;
-    atomic_fetch_add(&g->runs, 1);
-    t_latch_count_down(&g->started);
-    t_latch_wait(&g->open, T_LONG_NS);
-    return 0;
-}
-
-/* Sleeps interruptibly for 5 s; records how the sleep ended. */
+/* How long the sleepers (t_sleeper) sleep unless interrupted. */
 #define SLEEP_NS (5 * CHIME_SEC)
-
-typedef struct sleeper {
-    t_latch started;
-    atomic_int runs;
-    atomic_int eintr;
-    atomic_int interrupted;
-} sleeper;
-
-static int
-sleep_fn(chime_task *self, void *arg, void **result)
-{
-    (void)result;
-    sleeper *s = arg;
-    atomic_fetch_add(&s->runs, 1);
-    t_latch_count_down(&s->started);
-    if (chime_task_sleep(self, SLEEP_NS) == -EINTR)
-        atomic_fetch_add(&s->eintr, 1);
-    if (chime_task_interrupted(self))
-        atomic_fetch_add(&s->interrupted, 1);
-    return 0;
-}
 
 static bool
 in_set(chime_task *const *set, size_t n, chime_task *t)
@@ -103,20 +27,17 @@ in_set(chime_task *const *set, size_t n, chime_task *t)
     return false;
 }
 
-/* Waits until a periodic task ran `runs` times and is queued again. */
-#define WAIT_REQUEUED(h, counter, n)                                           \
-    cr_assert(T_WAIT_UNTIL(atomic_load(counter) == (n) &&                      \
-                               chime_task_get_state(h) == CHIME_TASK_PENDING,  \
-                           T_LONG_NS),                                         \
-              "runs %d state %d", atomic_load(counter),                        \
-              (int)chime_task_get_state(h))
+/* Asserts that a periodic task ran `runs` times and is queued again. */
+#define WAIT_REQUEUED(h, counter, runs)                                        \
+    cr_assert(t_requeued((counter), (h), (runs)), "runs %d state %d",          \
+              atomic_load(counter), (int)chime_task_get_state(h))
 
 /* ---- B61-B63 lifecycle predicates -------------------------------------- */
 
 /* B61 */
 Test(shutdown, is_shutdown_is_set_by_shutdown_which_is_idempotent)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     cr_assert(!chime_pool_is_shutdown(p));
     cr_assert_eq(chime_pool_shutdown(p), 0);
     cr_assert(chime_pool_is_shutdown(p));
@@ -133,12 +54,10 @@ Test(shutdown, is_shutdown_is_set_by_shutdown_which_is_idempotent)
 /* B62 */
 Test(shutdown, terminating_and_terminated_follow_the_lifecycle)
 {
-    chime_pool *p = new_pool(1, NULL);
-    gate g;
-    gate_init(&g, 1);
+    chime_pool *p = pool_with(1);
+    t_gate g;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &h), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
+    t_gate_hold(&g, p, 1, &h);
     cr_assert(!chime_pool_is_terminating(p));
     cr_assert(!chime_pool_is_terminated(p));
 
@@ -155,14 +74,14 @@ Test(shutdown, terminating_and_terminated_follow_the_lifecycle)
     cr_assert_eq(chime_task_wait(h, 0, NULL), 0, "running task finished");
     chime_task_release(h);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
+    t_gate_destroy(&g);
 }
 
 /* B63. Java answers at once for negative timeouts; in chime a negative
  * timeout means "forever", so only 0 polls. */
 Test(shutdown, await_termination_times_out_on_a_running_pool)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     int64_t t0 = chime_now_ns();
     cr_assert_eq(chime_pool_await_termination(p, 0), -ETIMEDOUT);
     cr_assert_lt(chime_now_ns() - t0, 2 * CHIME_SEC, "0 polls");
@@ -213,13 +132,10 @@ assert_all_kinds_rejected(chime_pool *p, atomic_int *runs)
 static void
 wedged_pool_rejects(bool now)
 {
-    chime_pool *p = new_pool(2, NULL);
-    gate g;
-    gate_init(&g, 2);
+    chime_pool *p = pool_with(2);
+    t_gate g;
     chime_task *h[2];
-    for (int i = 0; i < 2; i++)
-        cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &h[i]), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
+    t_gate_hold(&g, p, 2, h);
 
     if (now) {
         chime_task **tasks = (chime_task **)&tasks;
@@ -243,12 +159,10 @@ wedged_pool_rejects(bool now)
     cr_assert_eq(s.submitted, before, "rejections are not submissions");
     cr_assert_eq(s.rejected, 12);
     cr_assert_eq(atomic_load(&runs), 0);
-    for (int i = 0; i < 2; i++) {
-        cr_assert_eq(chime_task_wait(h[i], 0, NULL), 0);
-        chime_task_release(h[i]);
-    }
+    t_wait_all(h, 2, 0, 0);
+    t_release_all(h, 2);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
+    t_gate_destroy(&g);
 }
 
 /* B64, B75 */
@@ -266,7 +180,7 @@ Test(shutdown, wedged_pool_rejects_every_submission_after_shutdown_now)
 /* B75: also after termination of a pool that never had a worker. */
 Test(shutdown, submissions_after_termination_are_rejected)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     cr_assert_eq(chime_pool_shutdown(p), 0);
     cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0);
     atomic_int runs = 0;
@@ -331,32 +245,32 @@ Test(shutdown, default_policies_and_setters_round_trip)
 Test(shutdown, shutdown_keeps_one_shots_and_cancels_periodic_tasks)
 {
     t_clock clk;
-    chime_pool *p = new_pool(4, &clk);
-    gate g;
-    gate_init(&g, 4);
+    chime_pool *p = vpool_at(4, &clk, 0);
+    t_gate g;
+    t_gate_init(&g, 4);
+    /* w1: running, one of each kind: a one-shot due now, a delayed one
+     * made due, a fixed-rate and a fixed-delay task. */
     chime_task *w1[4];
-    cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &w1[0]), 0);
-    cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, CHIME_MSEC, &w1[1]), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &w1[0]), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, CHIME_MSEC, &w1[1]), 0);
     t_clock_advance(&clk, p, CHIME_MSEC);
-    cr_assert_eq(
-        chime_pool_schedule_at_fixed_rate(p, gate_fn, &g, 0, CHIME_SEC, &w1[2]),
-        0);
-    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, gate_fn, &g, 0,
-                                                      CHIME_SEC, &w1[3]),
-                 0);
+    for (int rate = 1; rate >= 0; rate--)
+        cr_assert_eq(t_schedule_periodic(p, rate, t_gate_fn, &g, 0, CHIME_SEC,
+                                         &w1[3 - rate]),
+                     0);
     cr_assert(t_latch_wait(&g.started, T_LONG_NS));
 
-    atomic_int imm = 0, del = 0, rate = 0, fixed = 0;
+    /* w2: queued behind them, the same kinds (runs[i] counts w2[i]'s) */
+    atomic_int runs[4] = {0};
     chime_task *w2[4];
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &imm, 0, &w2[0]), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs[0], 0, &w2[0]), 0);
     cr_assert_eq(
-        chime_pool_schedule(p, t_count_fn, &del, 10 * CHIME_MSEC, &w2[1]), 0);
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &rate, 0,
-                                                   CHIME_SEC, &w2[2]),
-                 0);
-    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, t_count_fn, &fixed, 0,
-                                                      CHIME_SEC, &w2[3]),
-                 0);
+        chime_pool_schedule(p, t_count_fn, &runs[1], 10 * CHIME_MSEC, &w2[1]),
+        0);
+    for (int rate = 1; rate >= 0; rate--)
+        cr_assert_eq(t_schedule_periodic(p, rate, t_count_fn, &runs[3 - rate],
+                                         0, CHIME_SEC, &w2[3 - rate]),
+                     0);
     cr_assert_eq(stats_of(p).pending, 4);
 
     cr_assert_eq(chime_pool_shutdown(p), 0);
@@ -389,16 +303,12 @@ Test(shutdown, shutdown_keeps_one_shots_and_cancels_periodic_tasks)
     cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0);
 
     cr_assert_eq(atomic_load(&g.runs), 4);
-    cr_assert_eq(atomic_load(&imm), 1);
-    cr_assert_eq(atomic_load(&del), 1);
-    cr_assert_eq(atomic_load(&rate), 0);
-    cr_assert_eq(atomic_load(&fixed), 0);
-    for (int i = 0; i < 4; i++) {
-        chime_task_release(w1[i]);
-        chime_task_release(w2[i]);
-    }
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(atomic_load(&runs[i]), i < 2, "queued task %d", i);
+    t_release_all(w1, 4);
+    t_release_all(w2, 4);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
+    t_gate_destroy(&g);
 }
 
 /* B70: execute_delayed_after_shutdown false cancels the one-shots not yet
@@ -406,19 +316,12 @@ Test(shutdown, shutdown_keeps_one_shots_and_cancels_periodic_tasks)
 Test(shutdown, execute_delayed_false_cancels_only_not_yet_due_one_shots)
 {
     t_clock clk;
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = 2;
+    chime_pool_options o = t_options(2);
     o.execute_delayed_after_shutdown = false;
-    t_clock_options(&o, &clk, 0);
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    gate g;
-    gate_init(&g, 2);
+    chime_pool *p = vpool_opts(&o, &clk, 0);
+    t_gate g;
     chime_task *w1[2];
-    for (int i = 0; i < 2; i++)
-        cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &w1[i]), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
+    t_gate_hold(&g, p, 2, w1); /* both workers busy */
 
     atomic_int due = 0, overdue = 0, later = 0;
     chime_task *hd = NULL, *ho = NULL, *hl = NULL;
@@ -444,13 +347,9 @@ Test(shutdown, execute_delayed_false_cancels_only_not_yet_due_one_shots)
     cr_assert_eq(atomic_load(&due), 1);
     cr_assert_eq(atomic_load(&overdue), 1);
     cr_assert_eq(atomic_load(&later), 0);
-    chime_task_release(hd);
-    chime_task_release(ho);
-    chime_task_release(hl);
-    for (int i = 0; i < 2; i++)
-        chime_task_release(w1[i]);
+    T_RELEASE(hd, ho, hl, w1[0], w1[1]);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
+    t_gate_destroy(&g);
 }
 
 typedef struct fail_nth {
@@ -473,13 +372,9 @@ fail_nth_fn(chime_task *self, void *arg, void **result)
 Test(shutdown, continue_periodic_keeps_periodic_tasks_running)
 {
     t_clock clk;
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = 1;
+    chime_pool_options o = t_options(1);
     o.continue_periodic_after_shutdown = true;
-    t_clock_options(&o, &clk, 0);
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
+    chime_pool *p = vpool_opts(&o, &clk, 0);
 
     fail_nth rate = {0, 3};
     atomic_int fixed = 0;
@@ -526,7 +421,7 @@ Test(shutdown, continue_periodic_keeps_periodic_tasks_running)
 Test(shutdown, queued_periodic_task_is_removed_at_shutdown)
 {
     t_clock clk;
-    chime_pool *p = new_pool(1, &clk);
+    chime_pool *p = vpool_at(1, &clk, 0);
     atomic_int runs = 0;
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule_at_fixed_rate(
@@ -542,23 +437,35 @@ Test(shutdown, queued_periodic_task_is_removed_at_shutdown)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-/* B73 */
-Test(shutdown, clearing_continue_periodic_after_shutdown_applies_at_once)
+/* B73: a task kept after shutdown by a policy (continue_periodic for a
+ * periodic task, execute_delayed for a delayed one-shot) is cancelled and
+ * removed as soon as that policy is cleared, and the pool terminates. */
+static void
+clearing_the_policy_applies_at_once(bool periodic)
 {
     t_clock clk;
-    chime_pool *p = new_pool(1, &clk);
-    cr_assert_eq(chime_pool_set_continue_periodic_after_shutdown(p, true), 0);
+    chime_pool *p = vpool_at(1, &clk, 0);
     atomic_int runs = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &runs,
-                                                   10 * CHIME_MSEC,
-                                                   10 * CHIME_MSEC, &h),
-                 0);
+    if (periodic) {
+        cr_assert_eq(chime_pool_set_continue_periodic_after_shutdown(p, true),
+                     0);
+        cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &runs,
+                                                       10 * CHIME_MSEC,
+                                                       10 * CHIME_MSEC, &h),
+                     0);
+    } else {
+        cr_assert_eq(
+            chime_pool_schedule(p, t_count_fn, &runs, 10 * CHIME_SEC, &h), 0);
+    }
     cr_assert_eq(chime_pool_shutdown(p), 0);
     cr_assert(chime_pool_contains(p, h));
     cr_assert_eq(chime_pool_await_termination(p, 0), -ETIMEDOUT);
 
-    cr_assert_eq(chime_pool_set_continue_periodic_after_shutdown(p, false), 0);
+    cr_assert_eq(periodic
+                     ? chime_pool_set_continue_periodic_after_shutdown(p, false)
+                     : chime_pool_set_execute_delayed_after_shutdown(p, false),
+                 0);
     cr_assert(chime_task_is_cancelled(h));
     cr_assert(!chime_pool_contains(p, h));
     cr_assert_eq(stats_of(p).pending, 0);
@@ -568,33 +475,21 @@ Test(shutdown, clearing_continue_periodic_after_shutdown_applies_at_once)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-/* B73 */
+Test(shutdown, clearing_continue_periodic_after_shutdown_applies_at_once)
+{
+    clearing_the_policy_applies_at_once(true);
+}
+
 Test(shutdown, clearing_execute_delayed_after_shutdown_applies_at_once)
 {
-    t_clock clk;
-    chime_pool *p = new_pool(1, &clk);
-    atomic_int runs = 0;
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs, 10 * CHIME_SEC, &h),
-                 0);
-    cr_assert_eq(chime_pool_shutdown(p), 0);
-    cr_assert(chime_pool_contains(p, h));
-    cr_assert_eq(chime_pool_await_termination(p, 0), -ETIMEDOUT);
-
-    cr_assert_eq(chime_pool_set_execute_delayed_after_shutdown(p, false), 0);
-    cr_assert(chime_task_is_cancelled(h));
-    cr_assert(!chime_pool_contains(p, h));
-    cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0);
-    cr_assert_eq(atomic_load(&runs), 0);
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
+    clearing_the_policy_applies_at_once(false);
 }
 
 /* B74: cancelling the last periodic task of a shut-down pool terminates it
  * without waiting for the task's next run (remove_on_cancel, the default). */
 Test(shutdown, cancelling_the_last_periodic_task_after_shutdown_terminates)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     cr_assert_eq(chime_pool_set_continue_periodic_after_shutdown(p, true), 0);
     atomic_int runs = 0;
     chime_task *h = NULL;
@@ -622,12 +517,12 @@ Test(shutdown, cancelling_the_last_periodic_task_after_shutdown_terminates)
 Test(shutdown, shutdown_now_interrupts_running_and_returns_queued_tasks)
 {
     enum { N = 5 };
-    chime_pool *p = new_pool(2, NULL);
-    sleeper s = {0};
-    t_latch_init(&s.started, 2);
+    chime_pool *p = pool_with(2);
+    t_sleeper s;
+    t_sleeper_init(&s, 2, SLEEP_NS);
     chime_task *h[N];
     for (int i = 0; i < N; i++)
-        cr_assert_eq(chime_pool_schedule(p, sleep_fn, &s, 0, &h[i]), 0);
+        cr_assert_eq(chime_pool_schedule(p, t_sleeper_fn, &s, 0, &h[i]), 0);
     cr_assert(t_latch_wait(&s.started, T_LONG_NS));
 
     bool running[N];
@@ -651,7 +546,7 @@ Test(shutdown, shutdown_now_interrupts_running_and_returns_queued_tasks)
     for (size_t i = 0; i < n; i++) {
         cr_assert_eq(chime_task_get_state(tasks[i]), CHIME_TASK_CANCELLED);
         cr_assert_eq(chime_task_wait(tasks[i], 0, NULL), -ECANCELED);
-        cr_assert_eq(chime_task_callback(tasks[i]), sleep_fn);
+        cr_assert_eq(chime_task_callback(tasks[i]), t_sleeper_fn);
         cr_assert_eq(chime_task_arg(tasks[i]), &s);
     }
 
@@ -667,13 +562,10 @@ Test(shutdown, shutdown_now_interrupts_running_and_returns_queued_tasks)
             cr_assert_eq(chime_task_wait(h[i], 0, NULL), 0,
                          "an interrupted body that returns 0 is done");
 
-    for (size_t i = 0; i < n; i++)
-        chime_task_release(tasks[i]);
-    free(tasks);
-    for (int i = 0; i < N; i++)
-        chime_task_release(h[i]);
+    t_release_list(tasks, n);
+    t_release_all(h, N);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    t_latch_destroy(&s.started);
+    t_sleeper_destroy(&s);
 }
 
 /* B77 (deliberate difference: returned tasks are done and cancelled) */
@@ -681,7 +573,7 @@ Test(shutdown, shutdown_now_returns_exactly_the_never_run_tasks)
 {
     enum { N = 9 };
     t_clock clk;
-    chime_pool *p = new_pool(1, &clk);
+    chime_pool *p = vpool_at(1, &clk, 0);
     atomic_int runs = 0;
     chime_task *h[N];
     const int64_t d = 9 * CHIME_SEC;
@@ -716,11 +608,8 @@ Test(shutdown, shutdown_now_returns_exactly_the_never_run_tasks)
     t_clock_advance(&clk, p, 10 * d);
     cr_assert_eq(atomic_load(&runs), 0);
 
-    for (size_t i = 0; i < n; i++)
-        chime_task_release(tasks[i]);
-    free(tasks);
-    for (int i = 0; i < N; i++)
-        chime_task_release(h[i]);
+    t_release_list(tasks, n);
+    t_release_all(h, N);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
@@ -728,7 +617,7 @@ Test(shutdown, shutdown_now_returns_exactly_the_never_run_tasks)
 Test(shutdown, shutdown_now_without_an_array_still_cancels_queued_tasks)
 {
     t_clock clk;
-    chime_pool *p = new_pool(1, &clk);
+    chime_pool *p = vpool_at(1, &clk, 0);
     atomic_int runs = 0;
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs, CHIME_SEC, &h), 0);
@@ -765,7 +654,7 @@ spin_until_interrupted_fn(chime_task *self, void *arg, void **result)
 
 Test(shutdown, shutdown_now_flag_is_visible_to_a_polling_body)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     t_latch started;
     t_latch_init(&started, 1);
     chime_task *h = NULL;
@@ -789,12 +678,12 @@ Test(shutdown, shutdown_now_flag_is_visible_to_a_polling_body)
  * and the handles stay readable after the pool is gone. */
 Test(shutdown, destroy_cancels_pending_tasks_and_handles_stay_readable)
 {
-    chime_pool *p = new_pool(1, NULL);
-    sleeper s = {0};
-    t_latch_init(&s.started, 1);
+    chime_pool *p = pool_with(1);
+    t_sleeper s;
+    t_sleeper_init(&s, 1, SLEEP_NS);
     atomic_int runs = 0;
     chime_task *run = NULL, *h[3], *rate = NULL;
-    cr_assert_eq(chime_pool_schedule(p, sleep_fn, &s, 0, &run), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_sleeper_fn, &s, 0, &run), 0);
     cr_assert(t_latch_wait(&s.started, T_LONG_NS));
     for (int i = 0; i < 3; i++)
         cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs,
@@ -830,7 +719,7 @@ Test(shutdown, destroy_cancels_pending_tasks_and_handles_stay_readable)
     cr_assert_eq(chime_task_wait(run, 0, NULL), 0);
     chime_task_release(run);
     cr_assert_eq(atomic_load(&runs), 0);
-    t_latch_destroy(&s.started);
+    t_sleeper_destroy(&s);
 }
 
 /* ---- not from a task callback ------------------------------------------- */
@@ -857,7 +746,7 @@ self_call_fn(chime_task *self, void *arg, void **result)
  * themselves: -EDEADLK, and nothing is done. */
 Test(shutdown, await_and_destroy_from_a_task_report_edeadlk)
 {
-    chime_pool *p = new_pool(1, NULL);
+    chime_pool *p = pool_with(1);
     self_call c;
     atomic_store(&c.pool, p);
     atomic_store(&c.await_rc, 1);

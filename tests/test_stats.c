@@ -7,20 +7,13 @@
 #include "support.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <sched.h>
 #include <stdlib.h>
 
 TestSuite(stats, .timeout = 10);
 
 /* ---- helpers ----------------------------------------------------------- */
-
-static chime_pool_stats
-stats_of(chime_pool *p)
-{
-    chime_pool_stats s;
-    cr_assert_eq(chime_pool_get_stats(p, &s), 0);
-    return s;
-}
 
 /* Waits until n workers are alive; that snapshot must be consistent: the
  * high-water mark is never below the current count. */
@@ -34,56 +27,6 @@ wait_alive(chime_pool *p, unsigned n)
                   "largest_threads %u below threads_alive %u",
                   s.largest_threads, s.threads_alive);
     return s;
-}
-
-static chime_pool *
-new_pool(unsigned threads)
-{
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    cr_assert_not_null(p);
-    return p;
-}
-
-/* A task that reports it started, then blocks until the gate opens. */
-typedef struct gate {
-    _Atomic(chime_pool *) pool;
-    t_latch started;
-    t_latch open;
-    atomic_uint running_inside; /* stats.running seen by the task */
-} gate;
-
-static void
-gate_init(gate *g, chime_pool *pool, int tasks)
-{
-    atomic_store(&g->pool, pool);
-    t_latch_init(&g->started, tasks);
-    t_latch_init(&g->open, 1);
-    atomic_store(&g->running_inside, 0);
-}
-
-static void
-gate_destroy(gate *g)
-{
-    t_latch_destroy(&g->started);
-    t_latch_destroy(&g->open);
-}
-
-static int
-gate_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    gate *g = arg;
-    chime_pool_stats s;
-    if (chime_pool_get_stats(atomic_load(&g->pool), &s) == 0)
-        atomic_store(&g->running_inside, (unsigned)s.running);
-    t_latch_count_down(&g->started);
-    t_latch_wait(&g->open, T_LONG_NS);
-    return 0;
 }
 
 /* A thread factory that counts its calls and succeeds `budget` times
@@ -114,60 +57,65 @@ new_factory_pool(unsigned threads, int budget)
 {
     atomic_store(&factory_calls, 0);
     atomic_store(&factory_budget, budget);
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = threads;
+    chime_pool_options o = t_options(threads);
     o.create_thread = counting_factory;
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
-    return p;
+    return pool_opts(&o);
 }
 
 /* ---- B42-B47 statistics ------------------------------------------------ */
 
-/* B42 */
-Test(stats, running_is_one_inside_a_task_and_from_the_caller)
+/* The statistics the tests around one run read. */
+enum { ST_RUNNING, ST_COMPLETED, ST_ALIVE };
+
+static uint64_t
+stat_of(chime_pool *p, int which)
 {
-    chime_pool *p = new_pool(2);
-    gate g;
-    gate_init(&g, p, 1);
-    cr_assert_eq(stats_of(p).running, 0);
+    chime_pool_stats s = stats_of(p);
+    return which == ST_RUNNING     ? s.running
+           : which == ST_COMPLETED ? s.completed
+                                   : s.threads_alive;
+}
+
+/* One gate task on a pool of `threads` workers: statistic `which` is
+ * `before` before it runs, `during` while it runs (for ST_RUNNING, as the
+ * task sees it too) and `after` once it returned. */
+static void
+stat_around_one_run(unsigned threads, int which, uint64_t before,
+                    uint64_t during, uint64_t after)
+{
+    chime_pool *p = pool_with(threads);
+    t_gate g;
+    t_gate_init(&g, 1);
+    atomic_store(&g.pool, p); /* its run reads stats.running */
+    cr_assert_eq(stat_of(p, which), before, "before the run");
 
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_gate_fn, &g, 0, &h), 0);
     cr_assert(t_latch_wait(&g.started, T_LONG_NS));
-    cr_assert_eq(stats_of(p).running, 1);
-    cr_assert_eq(atomic_load(&g.running_inside), 1);
+    cr_assert_eq(stat_of(p, which), during, "during the run");
+    if (which == ST_RUNNING)
+        cr_assert_eq(atomic_load(&g.running_inside), during, "inside the run");
 
     t_latch_count_down(&g.open);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert(T_WAIT_UNTIL(stats_of(p).running == 0, T_LONG_NS));
-
+    cr_assert(T_WAIT_UNTIL(stat_of(p, which) == after, T_LONG_NS),
+              "after the run: %" PRIu64 ", expected %" PRIu64,
+              stat_of(p, which), after);
     chime_task_release(h);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
+    t_gate_destroy(&g);
+}
+
+/* B42 */
+Test(stats, running_is_one_inside_a_task_and_from_the_caller)
+{
+    stat_around_one_run(2, ST_RUNNING, 0, 1, 0);
 }
 
 /* B43 */
 Test(stats, completed_counts_a_run_only_once_it_returned)
 {
-    chime_pool *p = new_pool(1);
-    gate g;
-    gate_init(&g, p, 1);
-    cr_assert_eq(stats_of(p).completed, 0);
-
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &h), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
-    cr_assert_eq(stats_of(p).completed, 0);
-
-    t_latch_count_down(&g.open);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert(T_WAIT_UNTIL(stats_of(p).completed == 1, T_LONG_NS));
-
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
+    stat_around_one_run(1, ST_COMPLETED, 0, 0, 1);
 }
 
 /* B44 */
@@ -177,7 +125,7 @@ Test(stats, core_threads_reports_the_constructor_value)
     chime_pool_options_init(&o);
     cr_assert_eq(o.threads, 1, "default thread count is 1");
 
-    chime_pool *p = new_pool(3);
+    chime_pool *p = pool_with(3);
     cr_assert_eq(chime_pool_threads(p), 3);
     cr_assert_eq(stats_of(p).core_threads, 3);
     cr_assert_eq(stats_of(p).threads_alive, 0, "threads start lazily");
@@ -192,15 +140,11 @@ Test(stats, core_threads_reports_the_constructor_value)
 /* B45 */
 Test(stats, largest_threads_is_a_high_water_mark_that_survives_termination)
 {
-    chime_pool *p = new_pool(3);
-    gate g;
-    gate_init(&g, p, 3);
+    chime_pool *p = pool_with(3);
     cr_assert_eq(stats_of(p).largest_threads, 0);
-
+    t_gate g;
     chime_task *h[3];
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &h[i]), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
+    t_gate_hold(&g, p, 3, h);
     chime_pool_stats s = stats_of(p);
     cr_assert_eq(s.largest_threads, 3);
     cr_assert_eq(s.threads_alive, 3);
@@ -213,46 +157,27 @@ Test(stats, largest_threads_is_a_high_water_mark_that_survives_termination)
     cr_assert_eq(s.largest_threads, 3);
     cr_assert_eq(s.threads_alive, 0);
 
-    for (int i = 0; i < 3; i++) {
-        cr_assert_eq(chime_task_wait(h[i], 0, NULL), 0);
-        chime_task_release(h[i]);
-    }
+    t_wait_all(h, 3, 0, 0);
+
+    t_release_all(h, 3);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
+    t_gate_destroy(&g);
 }
 
-/* B46 */
+/* B46: a core worker stays after the run. */
 Test(stats, threads_alive_is_zero_until_the_first_task)
 {
-    chime_pool *p = new_pool(1);
-    gate g;
-    gate_init(&g, p, 1);
-    cr_assert_eq(stats_of(p).threads_alive, 0);
-
-    chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &h), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
-    cr_assert_eq(stats_of(p).threads_alive, 1);
-
-    t_latch_count_down(&g.open);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    cr_assert_eq(stats_of(p).threads_alive, 1, "a core worker stays");
-    chime_task_release(h);
-    cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
+    stat_around_one_run(1, ST_ALIVE, 0, 1, 1);
 }
 
 /* B47 */
 Test(stats, submitted_counts_every_accepted_task)
 {
-    chime_pool *p = new_pool(1);
-    gate g;
-    gate_init(&g, p, 1);
+    chime_pool *p = pool_with(1);
+    t_gate g;
     atomic_int runs = 0;
     chime_task *h[4];
-
-    cr_assert_eq(chime_pool_schedule(p, gate_fn, &g, 0, &h[0]), 0);
-    cr_assert(t_latch_wait(&g.started, T_LONG_NS));
+    t_gate_hold(&g, p, 1, h);
     cr_assert_eq(stats_of(p).submitted, 1);
     for (int i = 1; i < 4; i++) {
         cr_assert_eq(chime_pool_schedule(p, t_count_fn, &runs, 0, &h[i]), 0);
@@ -272,25 +197,15 @@ Test(stats, submitted_counts_every_accepted_task)
     cr_assert_eq(s.pending, 0);
     cr_assert_eq(atomic_load(&runs), 3);
 
-    for (int i = 0; i < 4; i++)
-        chime_task_release(h[i]);
+    t_release_all(h, 4);
     cr_assert_eq(chime_pool_destroy(p), 0);
-    gate_destroy(&g);
-}
-
-static int
-fail_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)arg;
-    (void)result;
-    return -EIO;
+    t_gate_destroy(&g);
 }
 
 /* R58: the outcome counters. */
 Test(stats, cancelled_and_failed_tasks_are_counted)
 {
-    chime_pool *p = new_pool(1);
+    chime_pool *p = pool_with(1);
     atomic_int runs = 0;
     chime_task *far = NULL, *bad = NULL;
     cr_assert_eq(
@@ -299,7 +214,7 @@ Test(stats, cancelled_and_failed_tasks_are_counted)
     cr_assert_eq(stats_of(p).cancelled, 1);
     cr_assert_eq(stats_of(p).pending, 0, "remove_on_cancel is on");
 
-    cr_assert_eq(chime_pool_schedule(p, fail_fn, NULL, 0, &bad), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_eio_fn, NULL, 0, &bad), 0);
     cr_assert_eq(chime_task_wait(bad, T_LONG_NS, NULL), CHIME_EFAILED);
     cr_assert(T_WAIT_UNTIL(stats_of(p).failed == 1, T_LONG_NS));
     cr_assert_eq(stats_of(p).cancelled, 1);
@@ -427,7 +342,7 @@ Test(stats, prestart_all_starts_exactly_the_core_threads)
 /* B52: the count is unsigned, so "negative" is a huge value. */
 Test(stats, set_threads_rejects_out_of_range_counts)
 {
-    chime_pool *p = new_pool(2);
+    chime_pool *p = pool_with(2);
     cr_assert_eq(chime_pool_set_threads(NULL, 1), -EINVAL);
     cr_assert_eq(chime_pool_set_threads(p, 65537), -EINVAL);
     cr_assert_eq(chime_pool_set_threads(p, (unsigned)-1), -EINVAL);
@@ -443,7 +358,7 @@ Test(stats, set_threads_rejects_out_of_range_counts)
 /* B51 (setCorePoolSize down): surplus idle workers exit. */
 Test(stats, lowering_the_thread_count_lets_surplus_workers_exit)
 {
-    chime_pool *p = new_pool(4);
+    chime_pool *p = pool_with(4);
     cr_assert_eq(chime_pool_prestart_all(p), 4);
     wait_alive(p, 4);
     cr_assert_eq(chime_pool_set_threads(p, 1), 0);
@@ -466,12 +381,7 @@ Test(stats, lowering_the_thread_count_lets_surplus_workers_exit)
 Test(stats, zero_core_threads_still_runs_a_delayed_task)
 {
     t_clock clk;
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = 0;
-    t_clock_options(&o, &clk, 1000);
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
+    chime_pool *p = vpool_at(0, &clk, 1000);
 
     atomic_int runs = 0;
     chime_task *h = NULL;
@@ -496,7 +406,7 @@ Test(stats, zero_core_threads_still_runs_a_delayed_task)
 /* B53: the on-demand worker exits once the queue is empty. */
 Test(stats, zero_core_worker_exits_when_the_queue_is_empty)
 {
-    chime_pool *p = new_pool(0);
+    chime_pool *p = pool_with(0);
     t_latch done;
     t_latch_init(&done, 1);
     chime_task *h = NULL;
@@ -520,7 +430,7 @@ Test(stats, zero_core_worker_exits_when_the_queue_is_empty)
  * polling (Java: ~100 timed wake-ups per second). */
 Test(stats, zero_core_worker_sleeps_until_a_far_deadline_without_polling)
 {
-    chime_pool *p = new_pool(0);
+    chime_pool *p = pool_with(0);
     atomic_int runs = 0;
     chime_task *h = NULL;
     cr_assert_eq(
@@ -586,12 +496,9 @@ Test(stats, far_future_task_creates_exactly_one_thread)
 Test(stats, same_task_submitted_1000_times_runs_1000_times)
 {
     enum { N = 1000 };
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = 2;
+    chime_pool_options o = t_options(2);
     o.max_pending = 4;
-    chime_pool *p = NULL;
-    cr_assert_eq(chime_pool_new(&o, &p), 0);
+    chime_pool *p = pool_opts(&o);
     atomic_int runs = 0;
     uint64_t rejected = 0;
     for (int i = 0; i < N; i++) {
@@ -620,7 +527,7 @@ Test(stats, same_task_submitted_1000_times_runs_1000_times)
 Test(stats, only_one_worker_waits_with_a_timeout)
 {
     enum { N = 8 };
-    chime_pool *p = new_pool(4);
+    chime_pool *p = pool_with(4);
     cr_assert_eq(chime_pool_prestart_all(p), 4);
     cr_assert(T_WAIT_UNTIL(stats_of(p).idle_waiters == 4, T_LONG_NS));
     cr_assert_eq(stats_of(p).timed_waiters, 0, "no deadline, no timeout");

@@ -40,7 +40,6 @@ TestSuite(event, .timeout = 20);
 #define SLACK_NS (1000 * MS)  /* allowed lateness of an idle close */
 #define TICK_NS (50 * MS)     /* an active client's send interval */
 #define ACTIVE_NS (1200 * MS) /* how long active clients keep talking */
-#define FAR (60 * CHIME_SEC)
 
 /* ---- the server (everything below runs on the base's thread) ----------- */
 
@@ -551,8 +550,8 @@ Test(event, detach_on_the_loop_thread_cancels_pending_loop_tasks)
     cr_assert_eq(chime_loop_post(s.loop, t_count_fn, &n, &h[POST2]), 0);
     cr_assert_eq(chime_loop_schedule(s.loop, t_count_fn, &n, 0, &h[DUE_NOW]),
                  0);
-    cr_assert_eq(chime_loop_schedule(s.loop, t_count_fn, &n, FAR, &h[DELAYED]),
-                 0);
+    cr_assert_eq(
+        chime_loop_schedule(s.loop, t_count_fn, &n, T_FAR_NS, &h[DELAYED]), 0);
     cr_assert_eq(chime_loop_schedule_at_fixed_rate(s.loop, t_count_fn, &n, 0,
                                                    10 * MS, &h[PERIODIC]),
                  0);
@@ -595,7 +594,7 @@ Test(event, detach_while_the_base_is_not_running_cancels_pending_tasks)
     atomic_int n = 0;
     chime_task *h[3] = {0};
     cr_assert_eq(chime_loop_post(l, t_count_fn, &n, &h[0]), 0);
-    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, FAR, &h[1]), 0);
+    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, T_FAR_NS, &h[1]), 0);
     cr_assert_eq(
         chime_loop_schedule_with_fixed_delay(l, t_count_fn, &n, 0, MS, &h[2]),
         0);

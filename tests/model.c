@@ -1,0 +1,2007 @@
+/* SPDX-License-Identifier: MIT */
+/* The model-based test, compiled once (declarations in model.h): the
+ * library chime_test_model that test_model links, and one source file of
+ * fuzz/fuzz_ops (scripts/fuzz.sh). Three parts:
+ *   1. the reference model of one pool (m_model, m_apply, ...);
+ *   2. operations from bytes: the decoder (m_gen_*) and printed forms;
+ *   3. the rig that runs a chime pool and the model side by side on the
+ *      same operations (m_sequence) and reports the first divergence.
+ * Each part opens with its design notes. Everything but the functions
+ * model.h declares is static to this file. */
+#include "model.h"
+
+#include "internal.h"
+#include "support.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ==== 1. the reference model ============================================== */
+
+/* A reference model of one chime pool: ONE worker, a virtual clock.
+ *
+ * Design notes
+ * - Written from include/chime/chime.h, not from src/: the queue is a plain
+ *   array of tasks searched linearly for the least (deadline, seq), deadline
+ *   arithmetic saturates through __int128, and every rule below cites the
+ *   header sentence it encodes. It is small enough to be checked by eye,
+ *   which is the point: the library is compared against it step by step
+ *   (part 3 drives both; test_model.c and fuzz/fuzz_ops.c feed it
+ *   operations).
+ * - One worker and a clock that moves only when told make the pool
+ *   deterministic: after each operation every due task runs, in (deadline,
+ *   submission order) order, one at a time, and nothing else can happen.
+ *   Callbacks take no virtual time unless their scripted action advances the
+ *   clock, so "the end of a run" is the clock after the callback.
+ * - Each task carries a script: the run (1-based) on which it returns a
+ *   failure cause, and the run on which its callback performs one operation
+ *   (cancel, re-arm, submit, advance the clock, shut down, ...). Operations
+ *   done from a callback use the same model functions as top-level ones.
+ * - Readings chime.h leaves open, taken as the code has them (see the report
+ *   in the commit that added this file):
+ *   - CALLER_RUNS executes run every hook and count in stats.completed, as
+ *     any other execution (issue 8: they once did neither);
+ *   - chime_task_remaining() of a task running in the caller is not
+ *     specified (it never had a deadline): not compared;
+ *   - shutdown_now's list holds every queued task, periodic ones that ran
+ *     before included ("the removed tasks that never ran" read as "removed
+ *     before they ran again").
+ * - With remove_on_cancel off, a cancelled queued task stays in the queue
+ *   (a "ghost") until the worker meets it at the head, at a time only the
+ *   worker knows, except that it only drops them from the head: a ghost
+ *   with a live task ahead of it is "pinned" and must still be there. The
+ *   model keeps ghosts in the queue and the driver drops unpinned ones when
+ *   it sees they are gone (it never combines ghosts with max_pending).
+ */
+
+#define M_MAX_TASKS 1024
+#define M_SELF (-1)   /* an operation's target: the running task */
+#define M_NOHANDLE 1  /* rc: the target's handle is gone, nothing done */
+#define M_ANY INT_MIN /* expected rc or value: anything is accepted */
+#define M_ANY64 INT64_MIN
+
+enum m_kind { M_ONESHOT, M_RATE, M_DELAY };
+
+typedef struct m_op {
+    int kind;
+    int target; /* task id or M_SELF */
+    int sched_kind;
+    int64_t delay;
+    int64_t period;
+    bool handle;
+    int fail_on; /* MO_SCHEDULE: the new task's failing run, 0: none */
+    int fail_cause;
+    unsigned flags;
+    int which;
+    bool on;
+    bool with_list;
+} m_op;
+
+typedef struct m_script {
+    int fail_on; /* run that returns fail_cause; 0: never */
+    int fail_cause;
+    int act_on; /* run whose callback performs act; 0: never */
+    m_op act;
+} m_script;
+
+/* One callback execution, as the log records it. */
+typedef struct m_run {
+    int id;
+    int run;         /* 1-based run number of this task */
+    int64_t at;      /* virtual time when the callback started */
+    int state;       /* chime_task_get_state(self) at start */
+    int act_rc;      /* rc of the scripted operation, or 0 */
+    int new_id;      /* task id the operation created, or -1 */
+    int64_t remain;  /* chime_task_remaining(self) at the end */
+    int interrupted; /* chime_task_interrupted(self) at the end */
+    int wait_self;   /* chime_task_wait(self, 0) at the end */
+} m_run;
+
+typedef struct m_task {
+    bool exists; /* accepted, or completed by a policy */
+    bool handle; /* the test holds a handle */
+    int kind;
+    int64_t period;
+    int64_t deadline;
+    uint64_t seq;
+    int state; /* chime_task_state */
+    int error;
+    bool queued;  /* in the queue (a ghost if the state is final) */
+    bool exposed; /* ghost: was at the head at some point, may be gone */
+    bool rearm;   /* re-armed while running */
+    int64_t rearm_deadline;
+    bool interrupted;
+    int runs;
+    intptr_t result;
+    m_script s;
+} m_task;
+
+enum { M_RUNNING, M_SHUTDOWN, M_STOP };
+
+typedef struct m_stats {
+    uint64_t submitted, completed, cancelled, failed, rejected;
+    uint64_t before, after, errors; /* hook calls */
+    int64_t max_lateness;
+} m_stats;
+
+typedef struct m_model {
+    int64_t now;
+    uint64_t next_seq;
+    int run_state;
+    bool exec_delayed, cont_periodic, remove_on_cancel;
+    int policy;
+    size_t max_pending;
+    int current; /* task whose callback runs on the worker, or -1 */
+    int ntasks;
+    m_task t[M_MAX_TASKS];
+    m_run *log;
+    size_t nlog, caplog;
+    m_stats st;
+} m_model;
+
+/* ---- arithmetic ---------------------------------------------------------- */
+
+static int64_t
+m_clamp(__int128 v)
+{
+    return v > INT64_MAX ? INT64_MAX : v < INT64_MIN ? INT64_MIN : (int64_t)v;
+}
+
+/* "A negative delay means 0; deadlines saturate at INT64_MAX." */
+static int64_t
+m_deadline_after(int64_t now, int64_t delay)
+{
+    return m_clamp((__int128)now + (delay > 0 ? delay : 0));
+}
+
+static intptr_t
+m_result_of(int id, int run)
+{
+    return (intptr_t)id * 100000 + run;
+}
+
+static bool
+m_final(int state)
+{
+    return state == CHIME_TASK_DONE || state == CHIME_TASK_FAILED ||
+           state == CHIME_TASK_CANCELLED || state == CHIME_TASK_REJECTED;
+}
+
+/* chime_task_wait(t, 0): the outcome once complete. */
+static int
+m_outcome(const m_task *t)
+{
+    switch (t->state) {
+    case CHIME_TASK_DONE:
+        return 0;
+    case CHIME_TASK_FAILED:
+        return CHIME_EFAILED;
+    case CHIME_TASK_CANCELLED:
+        return -ECANCELED;
+    case CHIME_TASK_REJECTED:
+        return CHIME_EREJECTED;
+    default:
+        return -ETIMEDOUT;
+    }
+}
+
+/* ---- the queue ----------------------------------------------------------- */
+
+static bool
+m_before(const m_task *a, const m_task *b)
+{
+    return a->deadline < b->deadline ||
+           (a->deadline == b->deadline && a->seq < b->seq);
+}
+
+/* The least queued task by (deadline, seq); live only, or ghosts too. */
+static int
+m_head(const m_model *m, bool with_ghosts)
+{
+    int best = -1;
+    for (int i = 0; i < m->ntasks; i++) {
+        const m_task *t = &m->t[i];
+        if (!t->queued || (!with_ghosts && m_final(t->state)))
+            continue;
+        if (best < 0 || m_before(t, &m->t[best]))
+            best = i;
+    }
+    return best;
+}
+
+static size_t
+m_queued(const m_model *m, bool with_ghosts)
+{
+    size_t n = 0;
+    for (int i = 0; i < m->ntasks; i++)
+        n += m->t[i].queued && (with_ghosts || !m_final(m->t[i].state));
+    return n;
+}
+
+/* A ghost behind a live task cannot leave: the worker drops cancelled tasks
+ * only when it meets them at the head of the queue, and a live task ahead
+ * is not due (or it would have run). */
+static bool
+m_behind_live(const m_model *m, int id)
+{
+    const m_task *g = &m->t[id];
+    for (int i = 0; i < m->ntasks; i++) {
+        const m_task *t = &m->t[i];
+        if (t->queued && !m_final(t->state) && m_before(t, g))
+            return true;
+    }
+    return false;
+}
+
+/* Marks every ghost that is not behind a live task now as "exposed": the
+ * worker may drop it from here on. Called after every change of the queue
+ * (m_apply, each run) since exposure can be brief. */
+static void
+m_expose(m_model *m)
+{
+    for (int i = 0; i < m->ntasks; i++) {
+        m_task *t = &m->t[i];
+        if (t->queued && m_final(t->state) && !t->exposed &&
+            !m_behind_live(m, i))
+            t->exposed = true;
+    }
+}
+
+/* A ghost that has been behind a live task ever since it was cancelled:
+ * it must still be queued. */
+static bool
+m_pinned(const m_model *m, int id)
+{
+    const m_task *g = &m->t[id];
+    return g->queued && m_final(g->state) && !g->exposed;
+}
+
+static size_t
+m_pinned_count(const m_model *m)
+{
+    size_t n = 0;
+    for (int i = 0; i < m->ntasks; i++)
+        n += m_pinned(m, i);
+    return n;
+}
+
+/* "Waits until the pool has terminated: shut down, queue empty, every
+ * worker exited": the worker leaves once nothing is left to run. */
+static bool
+m_terminated(const m_model *m)
+{
+    return m->run_state >= M_SHUTDOWN && m_queued(m, false) == 0 &&
+           m->current < 0;
+}
+
+static int64_t
+m_remaining(const m_model *m, int id)
+{
+    const m_task *t = &m->t[id];
+    if (m_final(t->state))
+        return 0;
+    int64_t d = t->rearm ? t->rearm_deadline : t->deadline;
+    return m_clamp((__int128)d - m->now);
+}
+
+/* ---- state changes ------------------------------------------------------- */
+
+static void
+m_complete(m_model *m, int id, int state, int err)
+{
+    m_task *t = &m->t[id];
+    t->state = state;
+    t->error = err;
+    t->rearm = false;
+    if (state == CHIME_TASK_CANCELLED)
+        m->st.cancelled++;
+    else if (state == CHIME_TASK_FAILED)
+        m->st.failed++;
+    else if (state == CHIME_TASK_REJECTED)
+        m->st.rejected++;
+}
+
+/* May a queued task still run? chime_pool_shutdown: "queued one-shots still
+ * run (unless execute_delayed_after_shutdown is false, which cancels the ones
+ * not yet due); queued periodic tasks are cancelled (unless
+ * continue_periodic_after_shutdown)"; shutdown_now: nothing runs again. */
+static bool
+m_can_run(const m_model *m, const m_task *t)
+{
+    if (m->run_state == M_RUNNING)
+        return true;
+    if (m->run_state == M_STOP)
+        return false;
+    if (t->kind != M_ONESHOT)
+        return m->cont_periodic;
+    return m->exec_delayed || t->deadline <= m->now;
+}
+
+/* The shutdown filter: ghosts leave, tasks that may no longer run are
+ * cancelled. Also re-run when a policy is turned off after shutdown. */
+static void
+m_filter(m_model *m)
+{
+    for (int i = 0; i < m->ntasks; i++) {
+        m_task *t = &m->t[i];
+        if (!t->queued)
+            continue;
+        if (m_final(t->state)) {
+            t->queued = false;
+        } else if (!m_can_run(m, t)) {
+            t->queued = false;
+            m_complete(m, i, CHIME_TASK_CANCELLED, -ECANCELED);
+        }
+    }
+}
+
+static size_t
+m_log_push(m_model *m, int id, int run)
+{
+    if (m->nlog == m->caplog) {
+        m->caplog = m->caplog ? 2 * m->caplog : 256;
+        m->log = realloc(m->log, m->caplog * sizeof(*m->log));
+        if (m->log == NULL)
+            abort();
+    }
+    m_run *r = &m->log[m->nlog];
+    memset(r, 0, sizeof(*r));
+    r->id = id;
+    r->run = run;
+    r->at = m->now;
+    r->state = CHIME_TASK_RUNNING;
+    r->new_id = -1;
+    return m->nlog++;
+}
+
+static int m_apply(m_model *m, const m_op *op, int self, int *new_id);
+static void m_expose(m_model *m);
+
+/* What the callback of a task records at the end of a run. */
+static void
+m_log_end(m_model *m, size_t li, int id, bool in_caller)
+{
+    m_task *t = &m->t[id];
+    m->log[li].remain = in_caller ? M_ANY64 : m_remaining(m, id);
+    m->log[li].interrupted = t->interrupted;
+    /* "-EDEADLK (called from the task's own callback)", unless complete. */
+    m->log[li].wait_self = m_final(t->state) ? m_outcome(t) : -EDEADLK;
+}
+
+/* CALLER_RUNS at capacity: "the calling thread runs the callback once, now,
+ * before the submission returns; a one-shot completes with that run's
+ * outcome, a periodic task completes after that one run as rejected". The
+ * scripted operation is not done in the caller (the driver skips it). */
+static void
+m_run_in_caller(m_model *m, int id)
+{
+    m_task *t = &m->t[id];
+    t->state = CHIME_TASK_RUNNING;
+    int run = ++t->runs;
+    size_t li = m_log_push(m, id, run);
+    m_log_end(m, li, id, true);
+    int rc = run == t->s.fail_on ? t->s.fail_cause : 0;
+    m->st.before++;
+    m->st.after++;
+    m->st.completed++;
+    if (rc != 0)
+        m->st.errors++;
+    if (rc != 0)
+        m_complete(m, id, CHIME_TASK_FAILED, rc);
+    else if (t->kind == M_ONESHOT) {
+        t->result = m_result_of(id, run);
+        m_complete(m, id, CHIME_TASK_DONE, 0);
+    } else
+        m_complete(m, id, CHIME_TASK_REJECTED, -EAGAIN);
+}
+
+/* chime_pool_schedule*: returns the submission's rc; *id_out is the id the
+ * task was given (ids are consumed even by refused submissions). */
+static int
+m_submit(m_model *m, int kind, int64_t delay, int64_t period, bool handle,
+         const m_script *s, int *id_out)
+{
+    if (m->ntasks >= M_MAX_TASKS)
+        abort(); /* the driver keeps well below */
+    int id = m->ntasks++;
+    m_task *t = &m->t[id];
+    memset(t, 0, sizeof(*t));
+    t->kind = kind;
+    t->period = period;
+    t->s = *s;
+    *id_out = id;
+    if (kind != M_ONESHOT && period <= 0)
+        return -EINVAL;
+    t->exists = true;
+    t->handle = handle;
+    t->state = CHIME_TASK_PENDING;
+    for (;;) {
+        int reason = 0;
+        if (m->run_state != M_RUNNING)
+            reason = -ESHUTDOWN;
+        else if (m->max_pending && m_queued(m, true) >= m->max_pending)
+            reason = -EAGAIN;
+        if (reason == 0)
+            break;
+        switch (m->policy) {
+        case CHIME_REJECT_DISCARD_OLDEST:
+            /* "the task nearest to its deadline that has not started is
+             * completed as rejected and the new task is queued" */
+            if (reason == -EAGAIN && m_queued(m, true) > 0) {
+                int v = m_head(m, true);
+                m->t[v].queued = false;
+                if (!m_final(m->t[v].state))
+                    m_complete(m, v, CHIME_TASK_REJECTED, -EAGAIN);
+                continue;
+            }
+            m_complete(m, id, CHIME_TASK_REJECTED, reason); /* as DISCARD */
+            return 0;
+        case CHIME_REJECT_DISCARD:
+            m_complete(m, id, CHIME_TASK_REJECTED, reason);
+            return 0;
+        case CHIME_REJECT_CALLER_RUNS:
+            if (reason == -EAGAIN) {
+                if (kind == M_ONESHOT)
+                    m->st.rejected++; /* counted at the rejection */
+                m_run_in_caller(m, id);
+                return 0;
+            }
+            m_complete(m, id, CHIME_TASK_REJECTED, reason);
+            return 0;
+        default: /* ABORT: "nothing is queued, no handle is made" */
+            m->st.rejected++;
+            t->exists = false;
+            t->handle = false;
+            return reason;
+        }
+    }
+    t->deadline = m_deadline_after(m->now, delay);
+    t->seq = m->next_seq++;
+    t->queued = true;
+    m->st.submitted++;
+    return 0;
+}
+
+/* chime_task_cancel */
+static int
+m_cancel(m_model *m, int id, unsigned flags)
+{
+    m_task *t = &m->t[id];
+    if (flags & ~CHIME_CANCEL_INTERRUPT)
+        return -EINVAL;
+    if (m_final(t->state))
+        return -EALREADY;
+    if (t->state == CHIME_TASK_RUNNING && (flags & CHIME_CANCEL_INTERRUPT))
+        t->interrupted = true;
+    m_complete(m, id, CHIME_TASK_CANCELLED, -ECANCELED);
+    if (t->queued && m->remove_on_cancel)
+        t->queued = false; /* else it stays as a ghost */
+    return 0;
+}
+
+/* chime_task_rearm: "On a queued task it takes effect at once (it queues
+ * behind tasks already due at the same instant). On a running task ... it
+ * takes effect when the run returns 0." */
+static int
+m_rearm(m_model *m, int id, int64_t delay)
+{
+    m_task *t = &m->t[id];
+    if (m_final(t->state))
+        return -EALREADY;
+    int64_t d = m_deadline_after(m->now, delay);
+    if (t->state == CHIME_TASK_RUNNING) {
+        t->rearm = true;
+        t->rearm_deadline = d;
+    } else {
+        t->deadline = d;
+        t->seq = m->next_seq++;
+    }
+    return 0;
+}
+
+/* chime_pool_remove: "Removes a queued task of this pool and completes it
+ * as cancelled. -ENOENT (not queued ...)". A ghost that is not pinned may
+ * or may not still be in the queue. */
+static int
+m_remove(m_model *m, int id)
+{
+    m_task *t = &m->t[id];
+    if (!t->queued)
+        return -ENOENT;
+    if (m_final(t->state)) {
+        int rc = m_pinned(m, id) ? 0 : M_ANY;
+        t->queued = false;
+        return rc;
+    }
+    t->queued = false;
+    m_complete(m, id, CHIME_TASK_CANCELLED, -ECANCELED);
+    return 0;
+}
+
+static void
+m_shutdown(m_model *m)
+{
+    if (m->run_state != M_RUNNING)
+        return; /* "Idempotent." */
+    m->run_state = M_SHUTDOWN;
+    m_filter(m);
+}
+
+/* chime_pool_shutdown_now: every queued task completed as cancelled and
+ * listed; the running callback is flagged interrupted. Returns the count;
+ * ids[] (if not NULL) receives the listed ids. */
+static size_t
+m_shutdown_now(m_model *m, int *ids)
+{
+    size_t n = 0;
+    if (m->run_state < M_STOP)
+        m->run_state = M_STOP;
+    for (int i = 0; i < m->ntasks; i++) {
+        m_task *t = &m->t[i];
+        if (!t->queued)
+            continue;
+        t->queued = false;
+        if (m_final(t->state))
+            continue; /* a ghost was already completed */
+        m_complete(m, i, CHIME_TASK_CANCELLED, -ECANCELED);
+        if (ids)
+            ids[n] = i;
+        n++;
+    }
+    if (m->current >= 0)
+        m->t[m->current].interrupted = true;
+    return n;
+}
+
+/* "Setting a shutdown policy to false after shutdown applies it at once." */
+static void
+m_set_policy(m_model *m, int which, bool on)
+{
+    if (which == 0)
+        m->exec_delayed = on;
+    else if (which == 1)
+        m->cont_periodic = on;
+    else
+        m->remove_on_cancel = on;
+    if (which < 2 && !on && m->run_state == M_SHUTDOWN)
+        m_filter(m);
+}
+
+/* After a worker run returned rc: complete it, or queue its next run.
+ * Fixed rate: "initial + k*period on the original schedule"; fixed delay:
+ * "each run starts delay_ns after the previous one returned"; a re-arm of a
+ * running task "takes effect when the run returns 0". */
+static void
+m_settle(m_model *m, int id, int rc)
+{
+    m_task *t = &m->t[id];
+    m->st.completed++;
+    if (m_final(t->state))
+        return; /* cancelled while running: outcome already published */
+    if (rc != 0) {
+        m_complete(m, id, CHIME_TASK_FAILED, rc);
+        return;
+    }
+    int64_t next;
+    if (t->rearm)
+        next = t->rearm_deadline;
+    else if (t->kind == M_RATE)
+        next = m_clamp((__int128)t->deadline + t->period);
+    else if (t->kind == M_DELAY)
+        next = m_deadline_after(m->now, t->period);
+    else {
+        t->result = m_result_of(id, t->runs);
+        m_complete(m, id, CHIME_TASK_DONE, 0);
+        return;
+    }
+    t->rearm = false;
+    t->deadline = next;
+    t->state = CHIME_TASK_PENDING;
+    if (!m_can_run(m, t)) {
+        m_complete(m, id, CHIME_TASK_CANCELLED, -ECANCELED);
+        return;
+    }
+    t->seq = m->next_seq++;
+    t->queued = true;
+}
+
+/* One run on the worker: hooks, the scripted operation, settle. */
+static void
+m_run_on_worker(m_model *m, int id)
+{
+    m_task *t = &m->t[id];
+    t->queued = false;
+    t->state = CHIME_TASK_RUNNING;
+    t->rearm = false;
+    if (m->now - t->deadline > m->st.max_lateness)
+        m->st.max_lateness = m->now - t->deadline;
+    int run = ++t->runs;
+    m->st.before++;
+    size_t li = m_log_push(m, id, run);
+    m->current = id;
+    if (run == t->s.act_on) {
+        int nid = -1;
+        m->log[li].act_rc = m_apply(m, &t->s.act, id, &nid);
+        m->log[li].new_id = nid;
+    }
+    m_log_end(m, li, id, false);
+    m->current = -1;
+    int rc = run == t->s.fail_on ? t->s.fail_cause : 0;
+    m->st.after++;
+    if (rc != 0)
+        m->st.errors++;
+    m_settle(m, id, rc);
+}
+
+/* Runs every due task, one at a time, in (deadline, seq) order. */
+static void
+m_run_due(m_model *m)
+{
+    while (m->run_state < M_STOP) {
+        m_expose(m);
+        int h = m_head(m, false);
+        if (h < 0 || m->t[h].deadline > m->now)
+            break;
+        m_run_on_worker(m, h);
+    }
+    m_expose(m);
+}
+
+static int m_apply_(m_model *m, const m_op *op, int self, int *new_id);
+
+/* Applies one operation; self is the running task (M_SELF targets it) or -1
+ * at top level. Returns the rc the library call must return. */
+static int
+m_apply(m_model *m, const m_op *op, int self, int *new_id)
+{
+    int rc = m_apply_(m, op, self, new_id);
+    m_expose(m);
+    return rc;
+}
+
+/* The operations that act on a target task (op->target). */
+static bool
+m_has_target(const m_op *op)
+{
+    return op->kind == MO_CANCEL || op->kind == MO_REARM ||
+           op->kind == MO_RELEASE || op->kind == MO_REMOVE ||
+           op->kind == MO_WAIT;
+}
+
+/* The script of a task an operation submits: the op's own failure, no
+ * action. */
+static m_script
+m_op_script(const m_op *op)
+{
+    return (m_script){op->fail_on, op->fail_cause, 0, {0}};
+}
+
+static int
+m_apply_(m_model *m, const m_op *op, int self, int *new_id)
+{
+    int id = op->target == M_SELF ? self : op->target;
+    if (m_has_target(op) &&
+        (id < 0 || id >= m->ntasks || (id != self && !m->t[id].handle)))
+        return M_NOHANDLE;
+    switch (op->kind) {
+    case MO_SCHEDULE:
+    case MO_EXECUTE: {
+        m_script s = m_op_script(op);
+        if (op->kind == MO_EXECUTE)
+            return m_submit(m, M_ONESHOT, 0, 0, false, &s, new_id);
+        return m_submit(m, op->sched_kind, op->delay, op->period, op->handle,
+                        &s, new_id);
+    }
+    case MO_CANCEL:
+        return m_cancel(m, id, op->flags);
+    case MO_REARM:
+        return m_rearm(m, id, op->delay);
+    case MO_ADVANCE:
+        m->now = m_clamp((__int128)m->now + op->delay);
+        return 0;
+    case MO_RELEASE:
+        m->t[id].handle = false;
+        return 0;
+    case MO_REMOVE:
+        return m_remove(m, id);
+    case MO_PURGE: {
+        size_t ghosts = m_queued(m, true) - m_queued(m, false);
+        size_t pinned = m_pinned_count(m);
+        for (int i = 0; i < m->ntasks; i++)
+            if (m->t[i].queued && m_final(m->t[i].state))
+                m->t[i].queued = false;
+        return ghosts == pinned ? (int)ghosts : M_ANY;
+    }
+    case MO_SHUTDOWN:
+        m_shutdown(m);
+        return 0;
+    case MO_SHUTDOWN_NOW: {
+        size_t n = m_shutdown_now(m, NULL);
+        return op->with_list ? (int)n : 0;
+    }
+    case MO_POLICY:
+        m_set_policy(m, op->which, op->on);
+        return 0;
+    case MO_WAIT:
+        if (!m_final(m->t[id].state) && id == self)
+            return -EDEADLK;
+        return m_outcome(&m->t[id]);
+    default:
+        abort();
+    }
+}
+
+/* ==== 2. operations from bytes ============================================ */
+
+/* Operations from bytes: the byte source, the decoder that turns bytes into
+ * a pool configuration and top-level steps (an operation, and for a new task
+ * its script: the run that fails, the run whose callback does one more
+ * operation), and their printed form. Used by the rig (part 3); the
+ * committed fuzz corpus (fuzz/make_corpus.py) is written in this encoding.
+ *
+ * Design notes
+ * - Every decision is one or a few bytes, so libFuzzer's mutations map to
+ *   small changes of the sequence; a dry source reads as zeros and ends the
+ *   sequence (m_src.eof).
+ * - Delays, periods and clock steps come from small tables in whole
+ *   milliseconds, so equal deadlines (FIFO order) and exact-deadline
+ *   boundaries are frequent; the tables also hold the extremes (negative,
+ *   INT64_MIN, INT64_MAX, INT64_MAX - 1, invalid periods).
+ * - Targets prefer tasks that are still pending (3 in 4), or the task
+ *   itself for a callback's operation, so cancel and re-arm mostly act.
+ */
+
+#define M_U CHIME_MSEC
+
+/* ---- the byte source ----------------------------------------------------- */
+
+static uint8_t
+m_byte(m_src *s)
+{
+    uint8_t b;
+    if (s->buf) {
+        if (s->pos < s->len) {
+            b = s->buf[s->pos++];
+        } else {
+            s->eof = true;
+            b = 0;
+        }
+    } else {
+        uint64_t x = s->rng; /* xorshift64* */
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s->rng = x;
+        b = (uint8_t)((x * UINT64_C(2685821657736338717)) >> 56);
+    }
+    if (s->record) {
+        if (s->nrec == s->caprec) {
+            s->caprec = s->caprec ? 2 * s->caprec : 4096;
+            s->rec = realloc(s->rec, s->caprec);
+            if (s->rec == NULL)
+                abort();
+        }
+        s->rec[s->nrec++] = b;
+    }
+    return b;
+}
+
+/* With CHIME_MODEL_DUMP=path, a recorded sequence's bytes go to path: an
+ * input for the fuzz target (replay, -minimize_crash=1). */
+void
+m_dump(const m_src *s)
+{
+    const char *path = getenv("CHIME_MODEL_DUMP");
+    if (path == NULL || !s->record)
+        return;
+    FILE *f = fopen(path, "wb");
+    if (f == NULL)
+        return;
+    fwrite(s->rec, 1, s->nrec, f);
+    fclose(f);
+    fprintf(stderr, "model: %zu bytes written to %s\n", s->nrec, path);
+}
+
+static const char *
+m_ns(int64_t ns, char *buf, size_t n)
+{
+    if (ns == INT64_MAX)
+        snprintf(buf, n, "MAX");
+    else if (ns == INT64_MIN)
+        snprintf(buf, n, "MIN");
+    else if (ns == INT64_MAX - 1)
+        snprintf(buf, n, "MAX-1");
+    else if (ns != 0 && ns % M_U == 0)
+        snprintf(buf, n, "%" PRId64 "ms", ns / M_U);
+    else
+        snprintf(buf, n, "%" PRId64 "ns", ns);
+    return buf;
+}
+
+static const char *m_kind_name[] = {"oneshot", "rate", "delay"};
+static const char *m_op_name[] = {"schedule", "execute",      "cancel", "rearm",
+                                  "advance",  "release",      "remove", "purge",
+                                  "shutdown", "shutdown_now", "policy", "wait"};
+
+static const char *
+m_op_str(const m_op *op, char *buf, size_t n)
+{
+    char a[32], b[32], tg[16];
+    if (op->target == M_SELF)
+        snprintf(tg, sizeof(tg), "self");
+    else
+        snprintf(tg, sizeof(tg), "#%d", op->target);
+    switch (op->kind) {
+    case MO_SCHEDULE:
+        if (op->sched_kind == M_ONESHOT)
+            snprintf(b, sizeof(b), "%s", "");
+        else
+            m_ns(op->period, b + 8, sizeof(b) - 8), memcpy(b, " period=", 8);
+        snprintf(buf, n, "schedule %s delay=%s%s%s fail@%d(%d)",
+                 m_kind_name[op->sched_kind], m_ns(op->delay, a, sizeof(a)), b,
+                 op->handle ? " handle" : "", op->fail_on, op->fail_cause);
+        break;
+    case MO_EXECUTE:
+        snprintf(buf, n, "execute fail@%d(%d)", op->fail_on, op->fail_cause);
+        break;
+    case MO_CANCEL:
+        snprintf(buf, n, "cancel %s flags=%u", tg, op->flags);
+        break;
+    case MO_REARM:
+        snprintf(buf, n, "rearm %s %s", tg, m_ns(op->delay, a, sizeof(a)));
+        break;
+    case MO_ADVANCE:
+        snprintf(buf, n, "advance %s", m_ns(op->delay, a, sizeof(a)));
+        break;
+    case MO_POLICY:
+        snprintf(buf, n, "policy %s=%d",
+                 op->which == 0   ? "execute_delayed"
+                 : op->which == 1 ? "continue_periodic"
+                                  : "remove_on_cancel",
+                 op->on);
+        break;
+    case MO_SHUTDOWN_NOW:
+        snprintf(buf, n, "shutdown_now%s", op->with_list ? " list" : "");
+        break;
+    case MO_RELEASE:
+    case MO_REMOVE:
+    case MO_WAIT:
+        snprintf(buf, n, "%s %s", m_op_name[op->kind], tg);
+        break;
+    default:
+        snprintf(buf, n, "%s", m_op_name[op->kind]);
+        break;
+    }
+    return buf;
+}
+
+/* ---- the decoder -------------------------------------------------------- */
+
+typedef struct m_gen {
+    m_src src;
+    const m_model *m;     /* targets are chosen among its tasks */
+    bool shutdown_heavy;  /* profile: callbacks shut down often */
+    int ids[M_MAX_TASKS]; /* scratch */
+} m_gen;
+
+static const int64_t m_delays[16] = {
+    0,       0,         1,         M_U / 2,      M_U,     M_U,
+    2 * M_U, 3 * M_U,   4 * M_U,   5 * M_U,      8 * M_U, 13 * M_U,
+    -1,      INT64_MIN, INT64_MAX, INT64_MAX - 1};
+static const int64_t m_periods[16] = {
+    M_U,     M_U,     2 * M_U, 3 * M_U,  4 * M_U,  5 * M_U,   6 * M_U, 7 * M_U,
+    8 * M_U, 9 * M_U, M_U / 2, 10 * M_U, 30 * M_U, INT64_MAX, 0,       -M_U};
+static const int64_t m_advances[16] = {
+    0,       1,       M_U - 1, M_U / 2, M_U,     M_U,      2 * M_U,  2 * M_U,
+    3 * M_U, 4 * M_U, 5 * M_U, 6 * M_U, 8 * M_U, 10 * M_U, 15 * M_U, 25 * M_U};
+
+static const int64_t m_starts[8] = {1000 * CHIME_SEC,
+                                    1000 * CHIME_SEC,
+                                    1000 * CHIME_SEC,
+                                    1000 * CHIME_SEC + 1,
+                                    1000 * CHIME_SEC,
+                                    0,
+                                    INT64_MAX - 1000 * CHIME_SEC,
+                                    INT64_MIN + 1000 * CHIME_SEC};
+
+/* The pool configuration: three bytes. */
+static void
+m_gen_config(m_gen *g, m_model *m)
+{
+    uint8_t c1 = m_byte(&g->src), c2 = m_byte(&g->src);
+    uint8_t c3 = m_byte(&g->src);
+    m->remove_on_cancel = (c1 & 3) != 0;
+    m->exec_delayed = !(c1 & 4);
+    m->cont_periodic = (c1 & 8) != 0;
+    m->policy = (c1 >> 4) & 3; /* ABORT, DISCARD, DISCARD_OLDEST, CALLER_RUNS */
+    m->max_pending = (c2 & 3) == 0 ? 1 + ((c2 >> 2) & 7) : 0;
+    if (!m->remove_on_cancel)
+        m->max_pending = 0; /* ghosts make the count timing-dependent */
+    m->now = m_starts[(c2 >> 5) & 7];
+    /* A quarter of the sequences shut down from callbacks, where tasks due
+     * at the very same instant are still queued: "not yet due" is tested
+     * at its boundary there. */
+    g->shutdown_heavy = (c3 & 3) == 0;
+}
+
+/* Collects into g->ids the tasks with a held handle (live ones only, or
+ * all); returns how many. */
+static int
+m_held(m_gen *g, bool live_only)
+{
+    int n = 0;
+    for (int i = 0; i < g->m->ntasks; i++)
+        if (g->m->t[i].handle && (!live_only || !m_final(g->m->t[i].state)))
+            g->ids[n++] = i;
+    return n;
+}
+
+/* A target for a callback's operation: M_SELF, a task still pending (3 in
+ * 4), or any earlier id (released, completed or never accepted). */
+static int
+m_gen_target(m_gen *g, bool allow_self)
+{
+    uint8_t b = m_byte(&g->src);
+    if ((allow_self && b < 96) || g->m->ntasks == 0)
+        return M_SELF;
+    uint8_t c = m_byte(&g->src);
+    int n = (c & 3) ? m_held(g, true) : 0;
+    return n ? g->ids[(c >> 2) % n] : (c >> 2) % g->m->ntasks;
+}
+
+/* A task id whose handle the test holds (a live one 3 times in 4), or -1. */
+static int
+m_gen_held(m_gen *g)
+{
+    uint8_t b = m_byte(&g->src);
+    int n = (b & 3) ? m_held(g, true) : 0;
+    if (n == 0)
+        n = m_held(g, false);
+    return n ? g->ids[(b >> 2) % n] : -1;
+}
+
+static void
+m_gen_fail(m_gen *g, int *fail_on, int *cause)
+{
+    uint8_t b = m_byte(&g->src);
+    *fail_on = (b & 7) == 0 ? 1 + ((b >> 3) & 3) : 0;
+    *cause = (b & 0x20) ? -EIO : 1000 + (b >> 6);
+}
+
+static void
+m_gen_schedule(m_gen *g, m_op *op)
+{
+    uint8_t b = m_byte(&g->src);
+    op->kind = MO_SCHEDULE;
+    op->delay = m_delays[b & 15];
+    op->handle = (b >> 4) != 0; /* 15/16 keep a handle */
+    b = m_byte(&g->src);
+    op->period = m_periods[b & 15];
+    m_gen_fail(g, &op->fail_on, &op->fail_cause);
+}
+
+/* The operation a callback performs on its scripted run. */
+static void
+m_gen_action(m_gen *g, m_op *op)
+{
+    uint8_t b = m_byte(&g->src);
+    uint8_t hi = b >> 4;
+    memset(op, 0, sizeof(*op));
+    switch (b & 15) {
+    case 0:
+    case 1:
+    case 2:
+    case 3:
+        op->kind = MO_REARM;
+        op->target = m_gen_target(g, true);
+        op->delay = m_delays[m_byte(&g->src) & 15];
+        break;
+    case 4:
+    case 5:
+    case 6:
+        op->kind = MO_CANCEL;
+        op->target = m_gen_target(g, true);
+        op->flags = hi & 1;
+        break;
+    case 7:
+    case 8:
+    case 9:
+        m_gen_schedule(g, op);
+        op->sched_kind = hi % 3;
+        break;
+    case 10:
+        op->kind = MO_EXECUTE;
+        m_gen_fail(g, &op->fail_on, &op->fail_cause);
+        break;
+    case 11:
+        op->kind = MO_ADVANCE;
+        op->delay = m_advances[hi];
+        if (g->shutdown_heavy)
+            op->kind = MO_SHUTDOWN;
+        break;
+    case 12:
+        op->kind = MO_WAIT;
+        op->target = m_gen_target(g, true);
+        break;
+    case 13:
+        op->kind = MO_REMOVE;
+        op->target = m_gen_target(g, true);
+        break;
+    case 14:
+        if (hi & 1) {
+            op->kind = MO_PURGE;
+        } else {
+            op->kind = MO_POLICY;
+            op->which = (hi >> 1) % 3;
+            op->on = hi >> 3;
+            if (op->which == 2 && g->m->max_pending)
+                op->which = 0; /* ghosts and max_pending do not mix */
+        }
+        break;
+    default:
+        /* From a callback, shutdown meets tasks due at the same instant
+         * that have not run yet: the only way to test "not yet due". */
+        if (hi == 3) {
+            op->kind = MO_SHUTDOWN_NOW;
+            op->with_list = true;
+        } else if (hi < 3 || g->shutdown_heavy) {
+            op->kind = MO_SHUTDOWN;
+        } else {
+            op->kind = MO_ADVANCE;
+            op->delay = m_advances[hi];
+        }
+        break;
+    }
+}
+
+/* One top-level step: an operation and, for MO_SCHEDULE, the new task's
+ * script. */
+typedef struct m_step {
+    m_op op;
+    m_script script;
+} m_step;
+
+static void
+m_gen_step(m_gen *g, m_step *st)
+{
+    memset(st, 0, sizeof(*st));
+    m_op *op = &st->op;
+    uint8_t b = m_byte(&g->src);
+    if (b < 96) {
+        m_gen_schedule(g, op);
+        op->sched_kind = b < 56 ? M_ONESHOT : b < 76 ? M_RATE : M_DELAY;
+        st->script.fail_on = op->fail_on;
+        st->script.fail_cause = op->fail_cause;
+        uint8_t c = m_byte(&g->src);
+        if (c & 1) {
+            st->script.act_on = 1 + ((c >> 1) & 3);
+            m_gen_action(g, &st->script.act);
+        }
+    } else if (b < 100) {
+        op->kind = MO_EXECUTE;
+        m_gen_fail(g, &op->fail_on, &op->fail_cause);
+    } else if (b < 130 || (b >= 140 && b < 160) || (b >= 212 && b < 236)) {
+        op->kind = b < 130   ? MO_CANCEL
+                   : b < 160 ? MO_REARM
+                   : b < 226 ? MO_RELEASE
+                             : MO_REMOVE;
+        op->target = m_gen_held(g);
+        uint8_t c = m_byte(&g->src);
+        op->delay = m_delays[c & 15];
+        op->flags = (c >> 4) == 15 ? 2 : (c >> 4) & 1; /* 2: -EINVAL */
+        if (op->target < 0) {
+            op->kind = MO_ADVANCE; /* no handle: a no-op step */
+            op->delay = 0;
+        }
+    } else if (b < 140) {
+        /* Re-arm the head-most held task to the same deadline as another:
+         * equal deadlines, fresh sequence number. */
+        op->kind = MO_REARM;
+        op->target = m_gen_held(g);
+        op->delay = m_delays[4 + (m_byte(&g->src) & 7)];
+        if (op->target < 0) {
+            op->kind = MO_ADVANCE;
+            op->delay = 0;
+        }
+    } else if (b < 212 || (b >= 248 && b < 254)) {
+        op->kind = MO_ADVANCE;
+        op->delay = m_advances[m_byte(&g->src) & 15];
+    } else if (b >= 254 && (m_byte(&g->src) & 1)) {
+        /* shutdowns are rare (1 op in 512 each): most of a sequence runs
+         * on a live pool */
+        op->kind = MO_ADVANCE;
+        op->delay = m_advances[m_byte(&g->src) & 15];
+    } else if (b < 239) {
+        op->kind = MO_PURGE;
+    } else if (b < 248) {
+        op->kind = MO_POLICY;
+        uint8_t c = m_byte(&g->src);
+        op->which = c % 3;
+        op->on = (c >> 2) & 1;
+        if (op->which == 2 && g->m->max_pending)
+            op->which = 0;
+    } else if (b == 254) {
+        op->kind = MO_SHUTDOWN;
+    } else {
+        op->kind = MO_SHUTDOWN_NOW;
+        op->with_list = m_byte(&g->src) & 1;
+    }
+}
+
+/* ==== 3. the rig ========================================================== */
+
+/* Runs a chime pool and the reference model (part 1) side by side on the
+ * same operations, decoded from a byte stream, and reports the first
+ * divergence. Shared by tests/test_model.c (bytes from a seeded PRNG) and
+ * fuzz/fuzz_ops.c (bytes from libFuzzer).
+ *
+ * Design notes
+ * - The pool has ONE worker (prestarted) and a virtual clock (t_clock). After
+ *   each top-level operation the driver waits until the pool is quiescent:
+ *   every run the model predicts has been logged by its callback, no
+ *   callback is running (stats.running == 0, read under the pool lock, so
+ *   the settle of the last run is done too), and, if tasks are queued, the
+ *   worker has read the clock at its current value (the clock function
+ *   records the last value a worker read), so it has decided that nothing
+ *   else is due. Then the logs, the stats, the queue and every handle are
+ *   compared. An unexpected extra run shows up at the latest in the final
+ *   comparison after chime_pool_destroy.
+ * - Callbacks append (task, run, time, ...) to a log under r->mu and, on
+ *   their scripted run, perform one operation. Their targets are older tasks
+ *   (or the task itself), resolved through the handle table under r->mu, so
+ *   a callback never sees a handle the test thread has not stored yet.
+ * - A callback's scripted operation is skipped when it runs in a submitting
+ *   thread (CALLER_RUNS): it would race with the worker.
+ * - Every byte-to-operation decision is in part 2, so a failing seed
+ *   of test_model can be dumped (CHIME_MODEL_DUMP) and replayed or minimised
+ *   with the fuzz target.
+ */
+
+#define M_MAX_RUNS 20000           /* a sequence stops past this many runs */
+#define M_HANG_NS (5 * CHIME_SEC)  /* "should happen" bound, real time */
+#define M_LOG_CAP (4 * M_MAX_RUNS) /* a runaway pool is counted, not logged */
+
+/* ---- the rig ------------------------------------------------------------- */
+
+static const char *m_rc_slot_name[M_RC_SLOTS] = {
+    "0",      ">0",     "EALREADY",     "ESHUTDOWN",
+    "EAGAIN", "EINVAL", "ENOENT/other", "NOHANDLE"};
+
+static int
+m_rc_slot(int op, int rc)
+{
+    if (rc == M_NOHANDLE && op != MO_PURGE && op != MO_SHUTDOWN_NOW)
+        return 7;
+    if (rc == 0)
+        return 0;
+    if (rc > 0)
+        return 1;
+    if (rc == -EALREADY)
+        return 2;
+    if (rc == -ESHUTDOWN)
+        return 3;
+    if (rc == -EAGAIN)
+        return 4;
+    if (rc == -EINVAL)
+        return 5;
+    return 6;
+}
+
+struct m_rig;
+
+typedef struct m_arg {
+    struct m_rig *rig;
+    int id;
+    m_script s;
+    atomic_int runs;
+} m_arg;
+
+typedef struct m_rig {
+    m_model *m;
+    chime_pool *pool;
+    t_clock clock;
+    _Atomic int64_t worker_last_read; /* last clock value a worker read */
+    atomic_ulong before, after, errors;
+
+    pthread_mutex_t mu; /* guards the fields down to next_id */
+    pthread_cond_t cv;
+    m_run *log;
+    size_t nlog, nfinal, caplog;
+    chime_task *h[M_MAX_TASKS]; /* handles held, by task id */
+    int next_id;
+
+    m_arg args[M_MAX_TASKS];
+    bool final_ok[M_MAX_TASKS];   /* a final outcome was verified */
+    int ids[M_MAX_TASKS];         /* scratch */
+    size_t checked;               /* log entries compared */
+    int64_t last_at[M_MAX_TASKS]; /* tally: time of each task's last run */
+
+    m_gen gen;
+    int max_ops, ops;
+    uint64_t total_runs;
+    char *trace;
+    size_t tlen, tcap;
+    bool print_trace;
+    char label[160];
+    m_tally *tally;                           /* optional */
+    void (*fail)(const char *msg, void *ctx); /* must not return */
+    void *fail_ctx;
+} m_rig;
+
+static _Thread_local bool m_tls_worker;
+
+static void
+m_trace(m_rig *r, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(line))
+        n = sizeof(line) - 1;
+    if (r->print_trace)
+        fprintf(stderr, "%s: %s\n", r->label, line);
+    if (r->tlen + (size_t)n + 2 > r->tcap) {
+        r->tcap = (r->tcap + (size_t)n + 2) * 2;
+        r->trace = realloc(r->trace, r->tcap);
+        if (r->trace == NULL)
+            abort();
+    }
+    memcpy(r->trace + r->tlen, line, (size_t)n);
+    r->tlen += (size_t)n;
+    r->trace[r->tlen++] = '\n';
+    r->trace[r->tlen] = '\0';
+}
+
+__attribute__((format(printf, 2, 3), noreturn)) static void
+m_failf(m_rig *r, const char *fmt, ...)
+{
+    char head[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(head, sizeof(head), fmt, ap);
+    va_end(ap);
+    /* The last 40 trace lines tell the story; the whole trace is printed
+     * with CHIME_MODEL_TRACE=1. */
+    const char *tail = r->trace ? r->trace : "";
+    int lines = 0;
+    for (size_t i = r->tlen; i-- > 0;) {
+        if (r->trace[i] == '\n' && ++lines > 40) {
+            tail = r->trace + i + 1;
+            break;
+        }
+    }
+    m_dump(&r->gen.src);
+    size_t len = strlen(head) + strlen(tail) + 256;
+    char *msg = malloc(len);
+    if (msg == NULL)
+        abort();
+    snprintf(msg, len, "%s: divergence after op %d: %s\nops so far:\n%s",
+             r->label, r->ops, head, tail);
+    r->fail(msg, r->fail_ctx);
+    abort();
+}
+
+/* ---- the real side: clock, hooks, callback ------------------------------- */
+
+static int64_t
+r_clock(void *ctx)
+{
+    m_rig *r = ctx;
+    int64_t v = atomic_load(&r->clock.now);
+    if (m_tls_worker)
+        atomic_store(&r->worker_last_read, v); /* the clock never goes back */
+    return v;
+}
+
+static void
+r_thread_start(chime_pool *p, void *ctx)
+{
+    (void)p;
+    (void)ctx;
+    m_tls_worker = true;
+}
+
+static void
+r_before(chime_pool *p, chime_task *t, int err, void *ctx)
+{
+    (void)p, (void)t, (void)err;
+    atomic_fetch_add(&((m_rig *)ctx)->before, 1);
+}
+
+static void
+r_after(chime_pool *p, chime_task *t, int err, void *ctx)
+{
+    (void)p, (void)t, (void)err;
+    atomic_fetch_add(&((m_rig *)ctx)->after, 1);
+}
+
+static void
+r_on_error(chime_pool *p, chime_task *t, int err, void *ctx)
+{
+    (void)p, (void)t;
+    if (err != 0)
+        atomic_fetch_add(&((m_rig *)ctx)->errors, 1);
+}
+
+static int r_apply(m_rig *r, const m_op *op, const m_script *s,
+                   chime_task *self, int *new_id);
+
+static int
+r_cb(chime_task *self, void *arg, void **result)
+{
+    m_arg *a = arg;
+    m_rig *r = a->rig;
+    int run = atomic_fetch_add(&a->runs, 1) + 1;
+    m_run e;
+    memset(&e, 0, sizeof(e));
+    e.id = a->id;
+    e.run = run;
+    e.at = atomic_load(&r->clock.now);
+    e.state = chime_task_get_state(self);
+    e.new_id = -1;
+    pthread_mutex_lock(&r->mu);
+    if (r->nlog == r->caplog && r->caplog < M_LOG_CAP) {
+        r->caplog = r->caplog ? 2 * r->caplog : 256;
+        r->log = realloc(r->log, r->caplog * sizeof(*r->log));
+        if (r->log == NULL)
+            abort();
+    }
+    size_t li = r->nlog++;
+    if (li < r->caplog)
+        r->log[li] = e;
+    pthread_mutex_unlock(&r->mu);
+
+    if (run == a->s.act_on && m_tls_worker)
+        e.act_rc = r_apply(r, &a->s.act, NULL, self, &e.new_id);
+    e.remain = chime_task_remaining(self);
+    e.interrupted = chime_task_interrupted(self);
+    e.wait_self = chime_task_wait(self, 0, NULL);
+
+    pthread_mutex_lock(&r->mu);
+    if (li < r->caplog)
+        r->log[li] = e;
+    r->nfinal++;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    *result = (void *)m_result_of(a->id, run);
+    return run == a->s.fail_on ? a->s.fail_cause : 0;
+}
+
+/* Submits a task for op (MO_SCHEDULE / MO_EXECUTE) with script s. */
+static int
+r_submit(m_rig *r, const m_op *op, const m_script *s, int *new_id)
+{
+    pthread_mutex_lock(&r->mu);
+    int id = r->next_id++;
+    pthread_mutex_unlock(&r->mu);
+    if (id >= M_MAX_TASKS)
+        abort(); /* the generator keeps well below */
+    m_arg *a = &r->args[id];
+    a->rig = r;
+    a->id = id;
+    a->s = *s;
+    atomic_store(&a->runs, 0);
+    *new_id = id;
+    chime_task *h = NULL;
+    chime_task **out = op->handle ? &h : NULL;
+    int rc;
+    if (op->kind == MO_EXECUTE)
+        rc = chime_pool_execute(r->pool, r_cb, a);
+    else if (op->sched_kind == M_ONESHOT)
+        rc = chime_pool_schedule(r->pool, r_cb, a, op->delay, out);
+    else if (op->sched_kind == M_RATE)
+        rc = chime_pool_schedule_at_fixed_rate(r->pool, r_cb, a, op->delay,
+                                               op->period, out);
+    else
+        rc = chime_pool_schedule_with_fixed_delay(r->pool, r_cb, a, op->delay,
+                                                  op->period, out);
+    if (h != NULL) {
+        pthread_mutex_lock(&r->mu);
+        r->h[id] = h;
+        pthread_mutex_unlock(&r->mu);
+    }
+    return rc;
+}
+
+/* The library side of m_apply. s: the script of a top-level MO_SCHEDULE
+ * (NULL: the op's own fail_on/cause, no action). self: the running task. */
+static int
+r_apply(m_rig *r, const m_op *op, const m_script *s, chime_task *self,
+        int *new_id)
+{
+    chime_task *t = NULL;
+    if (m_has_target(op)) {
+        if (op->target == M_SELF) {
+            t = self;
+        } else if (op->target >= 0 && op->target < M_MAX_TASKS) {
+            pthread_mutex_lock(&r->mu);
+            t = r->h[op->target];
+            if (op->kind == MO_RELEASE)
+                r->h[op->target] = NULL;
+            pthread_mutex_unlock(&r->mu);
+        }
+        if (t == NULL)
+            return M_NOHANDLE;
+    }
+    switch (op->kind) {
+    case MO_SCHEDULE:
+    case MO_EXECUTE: {
+        m_script s0 = m_op_script(op);
+        return r_submit(r, op, s ? s : &s0, new_id);
+    }
+    case MO_CANCEL:
+        return chime_task_cancel(t, op->flags);
+    case MO_REARM:
+        return chime_task_rearm(t, op->delay);
+    case MO_ADVANCE:
+        t_clock_advance(&r->clock, r->pool, op->delay);
+        return 0;
+    case MO_RELEASE:
+        return chime_task_release(t);
+    case MO_REMOVE:
+        return chime_pool_remove(r->pool, t);
+    case MO_PURGE:
+        return chime_pool_purge(r->pool);
+    case MO_SHUTDOWN:
+        return chime_pool_shutdown(r->pool);
+    case MO_SHUTDOWN_NOW: {
+        if (!op->with_list)
+            return chime_pool_shutdown_now(r->pool, NULL, NULL);
+        chime_task **arr = NULL;
+        size_t n = 0;
+        int rc = chime_pool_shutdown_now(r->pool, &arr, &n);
+        if (rc != 0)
+            return rc;
+        /* r->ids is the test thread's scratch; only a top-level call
+         * compares it, and then no callback runs. */
+        for (size_t i = 0; i < n; i++) {
+            m_arg *a = chime_task_arg(arr[i]);
+            if (!self && i < M_MAX_TASKS)
+                r->ids[i] = a ? a->id : -1;
+            chime_task_release(arr[i]);
+        }
+        bool null_iff_none = (arr == NULL) == (n == 0);
+        free(arr);
+        if (!null_iff_none)
+            return -9999; /* "*tasks is NULL when there are none" */
+        return (int)n;
+    }
+    case MO_POLICY:
+        if (op->which == 0)
+            return chime_pool_set_execute_delayed_after_shutdown(r->pool,
+                                                                 op->on);
+        if (op->which == 1)
+            return chime_pool_set_continue_periodic_after_shutdown(r->pool,
+                                                                   op->on);
+        return chime_pool_set_remove_on_cancel(r->pool, op->on);
+    case MO_WAIT:
+        return chime_task_wait(t, 0, NULL);
+    default:
+        abort();
+    }
+}
+
+/* ---- comparison ---------------------------------------------------------- */
+
+static void
+m_print_run(const m_run *e, char *buf, size_t n)
+{
+    snprintf(buf, n,
+             "#%d run %d at %+" PRId64
+             " state %d act_rc %d new %d remain %" PRId64 " intr %d wait %d",
+             e->id, e->run, e->at, e->state, e->act_rc, e->new_id, e->remain,
+             e->interrupted, e->wait_self);
+}
+
+static void
+m_check_log(m_rig *r)
+{
+    m_model *m = r->m;
+    pthread_mutex_lock(&r->mu);
+    size_t n = r->nfinal;
+    size_t total = r->nlog;
+    m_run got = {0}, exp = {0};
+    bool bad = false;
+    size_t i;
+    for (i = r->checked; i < n && i < m->nlog && i < r->caplog; i++) {
+        got = r->log[i];
+        exp = m->log[i];
+        if (got.id != exp.id || got.run != exp.run || got.at != exp.at ||
+            got.state != exp.state ||
+            (exp.act_rc != M_ANY && got.act_rc != exp.act_rc) ||
+            got.new_id != exp.new_id ||
+            (exp.remain != M_ANY64 && got.remain != exp.remain) ||
+            got.interrupted != exp.interrupted ||
+            got.wait_self != exp.wait_self) {
+            bad = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (bad) {
+        char g[256], e[256];
+        m_print_run(&got, g, sizeof(g));
+        m_print_run(&exp, e, sizeof(e));
+        m_failf(r, "log entry %zu differs:\n  library %s\n  model   %s", i, g,
+                e);
+    }
+    if (total != m->nlog || n != total) {
+        char e[256] = "(none)";
+        if (m->nlog > n)
+            m_print_run(&m->log[n], e, sizeof(e));
+        m_failf(r,
+                "%zu runs logged (%zu finished), the model has %zu; first "
+                "missing: %s",
+                total, n, m->nlog, e);
+    }
+    if (r->tally) {
+        for (size_t i = r->checked; i < n; i++) {
+            const m_run *e = &m->log[i];
+            const m_task *t = &m->t[e->id];
+            if (e->remain == M_ANY64)
+                r->tally->caller_runs++;
+            else if (t->kind == M_RATE && e->run > 1 &&
+                     r->last_at[e->id] == e->at)
+                r->tally->catchup_runs++;
+            r->last_at[e->id] = e->at;
+            if (t->s.act_on == e->run && e->remain != M_ANY64)
+                r->tally
+                    ->cb[t->s.act.kind][m_rc_slot(t->s.act.kind, e->act_rc)]++;
+        }
+    }
+    r->total_runs += n - r->checked;
+    r->checked = n;
+}
+
+/* Waits until the pool is quiescent (see the design notes). */
+static void
+m_quiesce(m_rig *r)
+{
+    m_model *m = r->m;
+    int64_t limit = chime_now_ns() + M_HANG_NS;
+    pthread_mutex_lock(&r->mu);
+    while (r->nfinal < m->nlog && chime_now_ns() < limit) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 2 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
+    pthread_mutex_unlock(&r->mu);
+    bool need_read = m_queued(m, false) > 0;
+    for (;;) {
+        chime_pool_stats s;
+        chime_pool_get_stats(r->pool, &s);
+        int64_t read = atomic_load(&r->worker_last_read);
+        if (s.running == 0 && (!need_read || read >= m->now))
+            break;
+        pthread_mutex_lock(&r->mu);
+        bool extra = r->nlog > m->nlog;
+        pthread_mutex_unlock(&r->mu);
+        if (extra)
+            break; /* m_check_log reports the runs the model did not make */
+        if (chime_now_ns() >= limit) {
+            m_check_log(r); /* a missing run is the better message */
+            m_failf(r,
+                    "pool not quiescent after %lld ms: running %zu, "
+                    "worker last read %+" PRId64 ", now %+" PRId64,
+                    (long long)(M_HANG_NS / CHIME_MSEC), s.running, read,
+                    m->now);
+        }
+        sched_yield();
+    }
+}
+
+/* The queue against the model: the same live tasks with the same
+ * deadlines (their order among equal deadlines shows in the run log), and
+ * the ghosts. Reads the heap's slots under the pool lock: the only internal
+ * layout it relies on is the slot's (deadline, task) pair. */
+static void
+m_check_queue(m_rig *r)
+{
+    m_model *m = r->m;
+    struct chime_pool *p = r->pool;
+    static _Thread_local int64_t due[M_MAX_TASKS];
+    static _Thread_local char where[M_MAX_TASKS]; /* 0, 'l'ive, 'g'host */
+    size_t nlive = 0, dup = 0;
+    memset(where, 0, sizeof(where));
+    pthread_mutex_lock(&p->mu);
+    int heap_ok = chime__heap_check(&p->heap);
+    for (uint32_t i = 0; i < p->heap.len; i++) {
+        struct chime_task *t = p->heap.slots[i].task;
+        if (t->flags & CHIME_TF_LAZY)
+            continue; /* cancelled: out of the queue, slot reclaimed later */
+        m_arg *a = chime_task_arg(t);
+        if (a == NULL || a->id < 0 || a->id >= M_MAX_TASKS)
+            continue;
+        dup += where[a->id] != 0;
+        where[a->id] = chime_task_is_done(t) ? 'g' : 'l';
+        due[a->id] = chime__queued_deadline(&p->heap, t);
+        nlive += where[a->id] == 'l';
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (heap_ok != 0)
+        m_failf(r, "chime__heap_check failed");
+    if (dup)
+        m_failf(r, "a task is queued twice");
+    /* Ghosts the worker dropped meanwhile leave the model too, unless they
+     * were pinned behind a live task. A ghost seen still queued and behind
+     * a live task now is pinned again. */
+    size_t k = 0;
+    for (int i = 0; i < m->ntasks; i++) {
+        m_task *t = &m->t[i];
+        bool ghost = t->queued && m_final(t->state);
+        if (where[i] == 'g' && !ghost)
+            m_failf(r, "task #%d is completed (state %d) but still queued", i,
+                    t->state);
+        if (where[i] == 'g' && t->exposed && m_behind_live(m, i))
+            t->exposed = false;
+        if (ghost && where[i] != 'g') {
+            if (m_pinned(m, i))
+                m_failf(r,
+                        "cancelled task #%d left the queue (remove_on_cancel "
+                        "%d) although a live task is ahead of it",
+                        i, m->remove_on_cancel);
+            t->queued = false;
+        }
+        if (!t->queued || m_final(t->state))
+            continue;
+        k++;
+        if (where[i] != 'l')
+            m_failf(r, "task #%d (due %+" PRId64 ") is not queued", i,
+                    t->deadline);
+        if (due[i] != t->deadline)
+            m_failf(r, "task #%d queued due %+" PRId64 ", model %+" PRId64, i,
+                    due[i], t->deadline);
+    }
+    if (k != nlive)
+        m_failf(r, "%zu live tasks queued, the model has %zu", nlive, k);
+}
+
+static void
+m_check_stats(m_rig *r)
+{
+    m_model *m = r->m;
+    chime_pool_stats s;
+    if (chime_pool_get_stats(r->pool, &s) != 0)
+        m_failf(r, "get_stats failed");
+#define M_EQ(what, a, b)                                                       \
+    do {                                                                       \
+        if ((uint64_t)(a) != (uint64_t)(b))                                    \
+            m_failf(r, "%s: library %" PRIu64 ", model %" PRIu64, what,        \
+                    (uint64_t)(a), (uint64_t)(b));                             \
+    } while (0)
+    M_EQ("stats.submitted", s.submitted, m->st.submitted);
+    M_EQ("stats.completed", s.completed, m->st.completed);
+    M_EQ("stats.cancelled", s.cancelled, m->st.cancelled);
+    M_EQ("stats.failed", s.failed, m->st.failed);
+    M_EQ("stats.rejected", s.rejected, m->st.rejected);
+    /* Ghosts may leave at any time the worker looks at the queue. */
+    if (s.pending < m_queued(m, false) + m_pinned_count(m) ||
+        s.pending > m_queued(m, true))
+        m_failf(r, "stats.pending %zu, the model has %zu live + %zu ghosts",
+                s.pending, m_queued(m, false),
+                m_queued(m, true) - m_queued(m, false));
+    M_EQ("stats.running", s.running, 0);
+    M_EQ("stats.timed_waits", s.timed_waits, 0);
+    M_EQ("stats.max_lateness_ns", s.max_lateness_ns, m->st.max_lateness);
+    M_EQ("before_run calls", atomic_load(&r->before), m->st.before);
+    M_EQ("after_run calls", atomic_load(&r->after), m->st.after);
+    M_EQ("on_error calls", atomic_load(&r->errors), m->st.errors);
+    M_EQ("chime_pool_now", chime_pool_now(r->pool), m->now);
+    M_EQ("chime_pool_threads", chime_pool_threads(r->pool), 1);
+    M_EQ("execute_delayed_after_shutdown",
+         chime_pool_execute_delayed_after_shutdown(r->pool), m->exec_delayed);
+    M_EQ("continue_periodic_after_shutdown",
+         chime_pool_continue_periodic_after_shutdown(r->pool),
+         m->cont_periodic);
+    M_EQ("remove_on_cancel", chime_pool_remove_on_cancel(r->pool),
+         m->remove_on_cancel);
+    bool term = m_terminated(m);
+    M_EQ("is_shutdown", chime_pool_is_shutdown(r->pool),
+         m->run_state >= M_SHUTDOWN);
+    M_EQ("is_terminated", chime_pool_is_terminated(r->pool), term);
+    M_EQ("is_terminating", chime_pool_is_terminating(r->pool),
+         m->run_state >= M_SHUTDOWN && !term);
+    if (term)
+        M_EQ("stats.threads_alive", s.threads_alive, 0);
+#undef M_EQ
+}
+
+/* Every held handle against the model. pool_alive: contains() may be
+ * asked. */
+static void
+m_check_handles(m_rig *r, bool pool_alive)
+{
+    m_model *m = r->m;
+    for (int id = 0; id < m->ntasks; id++) {
+        const m_task *t = &m->t[id];
+        pthread_mutex_lock(&r->mu);
+        chime_task *h = r->h[id];
+        pthread_mutex_unlock(&r->mu);
+        if ((h != NULL) != t->handle)
+            m_failf(r, "task #%d: handle %s, the model says %s", id,
+                    h ? "returned" : "missing", t->handle ? "held" : "none");
+        if (h == NULL || r->final_ok[id])
+            continue;
+        void *res = NULL;
+        int st = chime_task_get_state(h);
+        int err = chime_task_error(h);
+        int w = chime_task_wait(h, 0, &res);
+        int64_t rem = chime_task_remaining(h);
+        bool intr = chime_task_interrupted(h);
+        int exp_err = m_final(t->state) ? t->error : 0;
+        if (st != t->state || err != exp_err || w != m_outcome(t) ||
+            rem != m_remaining(m, id) || intr != t->interrupted ||
+            chime_task_is_done(h) != m_final(t->state) ||
+            chime_task_is_cancelled(h) != (t->state == CHIME_TASK_CANCELLED) ||
+            chime_task_is_periodic(h) != (t->kind != M_ONESHOT) ||
+            chime_task_callback(h) != r_cb ||
+            chime_task_arg(h) != &r->args[id] ||
+            (w == 0 && (intptr_t)res != t->result))
+            m_failf(r,
+                    "task #%d (%s): library state %d error %d wait %d "
+                    "remaining %" PRId64 " interrupted %d result %" PRIdPTR
+                    "; model state %d error %d wait %d remaining %" PRId64
+                    " interrupted %d result %" PRIdPTR,
+                    id, m_kind_name[t->kind], st, err, w, rem, intr,
+                    (intptr_t)res, t->state, exp_err, m_outcome(t),
+                    m_remaining(m, id), t->interrupted, t->result);
+        bool ghost = t->queued && m_final(t->state) && t->exposed;
+        if (pool_alive && !ghost &&
+            chime_pool_contains(r->pool, h) != t->queued)
+            m_failf(r, "task #%d: contains %d, model queued %d", id, !t->queued,
+                    t->queued);
+        if (m_final(t->state))
+            r->final_ok[id] = true;
+    }
+}
+
+static void
+m_check_all(m_rig *r)
+{
+    m_model *m = r->m;
+    m_quiesce(r);
+    m_check_log(r);
+    m_check_queue(r);
+    /* A shut-down pool whose last live task was cancelled terminates at
+     * once, retained cancelled tasks (remove_on_cancel off) included:
+     * cancelling the head wakes a worker to drop it (B74). */
+    if (m_terminated(m) && !chime_pool_is_terminated(r->pool)) {
+        if (chime_pool_await_termination(r->pool, M_HANG_NS) != 0)
+            m_failf(r, "the model terminated, the pool did not (%zu queued)",
+                    m_queued(m, true));
+        m_check_queue(r); /* the ghosts are gone now */
+    }
+    m_check_stats(r);
+    m_check_handles(r, true);
+}
+
+/* ---- a sequence ---------------------------------------------------------- */
+
+static void
+m_step_run(m_rig *r, const m_step *st)
+{
+    m_model *m = r->m;
+    char buf[160], abuf[160];
+    int exp, got, mid = -1, rid = -1;
+    r->ops++;
+    const m_op *op = &st->op;
+    if (op->kind == MO_SCHEDULE) {
+        exp = m_submit(m, op->sched_kind, op->delay, op->period, op->handle,
+                       &st->script, &mid);
+        got = r_apply(r, op, &st->script, NULL, &rid);
+    } else if (op->kind == MO_SHUTDOWN_NOW && op->with_list) {
+        int *ids = calloc(M_MAX_TASKS, sizeof(int));
+        if (ids == NULL)
+            abort();
+        exp = (int)m_shutdown_now(m, ids);
+        got = r_apply(r, op, NULL, NULL, &rid);
+        if (got == exp) {
+            /* Same set, any order. */
+            for (int i = 0; i < exp; i++) {
+                bool found = false;
+                for (int j = 0; j < exp && !found; j++)
+                    found = r->ids[j] == ids[i];
+                if (!found) {
+                    int missing = ids[i];
+                    free(ids);
+                    m_failf(r, "shutdown_now did not list task #%d", missing);
+                }
+            }
+        }
+        free(ids);
+    } else {
+        exp = m_apply(m, op, -1, &mid);
+        got = r_apply(r, op, NULL, NULL, &rid);
+    }
+    m_run_due(m);
+    if (op->kind == MO_SCHEDULE && st->script.act_on)
+        snprintf(abuf, sizeof(abuf), " act@%d{%s}", st->script.act_on,
+                 m_op_str(&st->script.act, buf, sizeof(buf)));
+    else
+        abuf[0] = '\0';
+    m_trace(r, "op %d: %s%s -> rc %d%s", r->ops,
+            m_op_str(op, (char[160]){0}, 160), abuf, got,
+            mid >= 0 ? (snprintf(buf, sizeof(buf), " (task #%d)", mid), buf)
+                     : "");
+    if (r->tally) {
+        m_tally *ty = r->tally;
+        ty->top[op->kind][m_rc_slot(op->kind, got)]++;
+        size_t q = m_queued(m, true);
+        if (q > ty->max_queue)
+            ty->max_queue = q;
+        if (m->run_state == M_RUNNING)
+            ty->ops_running++;
+        else if (m->run_state == M_SHUTDOWN)
+            ty->ops_shutdown++;
+        else
+            ty->ops_stop++;
+        if (q != m_queued(m, false))
+            ty->ghosts_seen++;
+    }
+    if (mid != rid)
+        m_failf(r, "task id %d, the model's %d", rid, mid);
+    if (exp != M_ANY && got != exp)
+        m_failf(r, "rc %d (%s), the model expects %d (%s)", got,
+                chime_strerror(got), exp, chime_strerror(exp));
+    m_check_all(r);
+}
+
+static void
+m_fail_abort(const char *msg, void *ctx)
+{
+    (void)ctx;
+    fputs(msg, stderr);
+    fputc('\n', stderr);
+    abort();
+}
+
+/* Runs one sequence: a pool configured from the first bytes, then up to
+ * max_ops operations (fewer if the source runs dry), then destroy. Returns
+ * the number of operations run. */
+int
+m_sequence(m_src *src, int max_ops, const char *label,
+           void (*fail)(const char *, void *), void *fail_ctx, bool print_trace,
+           uint64_t *runs_out, m_tally *tally)
+{
+    if (max_ops > 400)
+        max_ops = 400; /* at most 2 tasks per op: stays below M_MAX_TASKS */
+    m_rig *r = calloc(1, sizeof(*r));
+    m_model *m = calloc(1, sizeof(*m));
+    if (r == NULL || m == NULL)
+        abort();
+    r->m = m;
+    r->max_ops = max_ops;
+    r->fail = fail ? fail : m_fail_abort;
+    r->fail_ctx = fail_ctx;
+    r->print_trace = print_trace;
+    r->tally = tally;
+    snprintf(r->label, sizeof(r->label), "%s", label);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+
+    r->gen.src = *src;
+    r->gen.m = m;
+    m_gen_config(&r->gen, m);
+    m->current = -1;
+
+    chime_pool_options o;
+    chime_pool_options_init(&o);
+    o.threads = 1;
+    o.max_pending = m->max_pending;
+    o.reject_policy = (chime_reject_policy)m->policy;
+    o.execute_delayed_after_shutdown = m->exec_delayed;
+    o.continue_periodic_after_shutdown = m->cont_periodic;
+    o.remove_on_cancel = m->remove_on_cancel;
+    o.on_thread_start = r_thread_start;
+    o.before_run = r_before;
+    o.after_run = r_after;
+    o.on_error = r_on_error;
+    o.hook_ctx = r;
+    atomic_store(&r->clock.now, m->now);
+    atomic_store(&r->worker_last_read, INT64_MIN);
+    o.clock = r_clock;
+    o.clock_ctx = r;
+    m_trace(r,
+            "config: remove_on_cancel %d execute_delayed %d "
+            "continue_periodic %d policy %d max_pending %zu start %+" PRId64
+            "%s",
+            m->remove_on_cancel, m->exec_delayed, m->cont_periodic, m->policy,
+            m->max_pending, m->now,
+            r->gen.shutdown_heavy ? " (callbacks shut down often)" : "");
+    if (chime_pool_new(&o, &r->pool) != 0)
+        m_failf(r, "chime_pool_new failed");
+    if (chime_pool_prestart_all(r->pool) != 1)
+        m_failf(r, "prestart_all did not start one worker");
+
+    while (r->ops < max_ops && m->nlog < M_MAX_RUNS &&
+           m->ntasks < M_MAX_TASKS - 8) {
+        m_step st;
+        m_gen_step(&r->gen, &st);
+        if (r->gen.src.eof)
+            break;
+        m_step_run(r, &st);
+    }
+
+    /* destroy: "Shuts the pool down now (as chime_pool_shutdown_now),
+     * waits for termination ... Handles still held stay valid (all
+     * completed) until released." */
+    m_shutdown_now(m, NULL);
+    r->ops++;
+    m_trace(r, "op %d: destroy", r->ops);
+    int rc = chime_pool_destroy(r->pool);
+    if (rc != 0)
+        m_failf(r, "chime_pool_destroy: %d", rc);
+    r->pool = NULL;
+    m_check_log(r);
+    m_check_handles(r, false);
+    for (int id = 0; id < m->ntasks; id++) {
+        if (r->h[id] && chime_task_release(r->h[id]) != 0)
+            m_failf(r, "release of task #%d failed", id);
+        r->h[id] = NULL;
+    }
+
+    int ops = r->ops;
+    if (runs_out)
+        *runs_out = r->total_runs;
+    src->rec = r->gen.src.rec; /* hand the recording back */
+    src->nrec = r->gen.src.nrec;
+    src->caprec = r->gen.src.caprec;
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r->log);
+    free(r->trace);
+    free(m->log);
+    free(m);
+    free(r);
+    return ops;
+}
+
+void
+m_tally_print(const m_tally *ty, FILE *f)
+{
+    fprintf(f, "op kind        where  ");
+    for (int k = 0; k < M_RC_SLOTS; k++)
+        fprintf(f, " %9s", m_rc_slot_name[k]);
+    fprintf(f, "\n");
+    for (int o = 0; o < MO_COUNT; o++) {
+        for (int w = 0; w < 2; w++) {
+            const uint64_t *row = w ? ty->cb[o] : ty->top[o];
+            uint64_t sum = 0;
+            for (int k = 0; k < M_RC_SLOTS; k++)
+                sum += row[k];
+            if (sum == 0)
+                continue;
+            fprintf(f, "%-14s %-6s ", m_op_name[o], w ? "cb" : "top");
+            for (int k = 0; k < M_RC_SLOTS; k++)
+                fprintf(f, " %9" PRIu64, row[k]);
+            fprintf(f, "\n");
+        }
+    }
+    fprintf(f,
+            "ops while running %" PRIu64 ", shut down %" PRIu64
+            ", stopped %" PRIu64 "; caller runs %" PRIu64
+            "; ops with ghosts queued %" PRIu64 "; back-to-back fixed-rate "
+            "runs ~%" PRIu64 "; largest queue %" PRIu64 "\n",
+            ty->ops_running, ty->ops_shutdown, ty->ops_stop, ty->caller_runs,
+            ty->ghosts_seen, ty->catchup_runs, ty->max_queue);
+}
