@@ -53,7 +53,8 @@ echo "=================== $dir: configure and build ==================="
 # acquire loads) are annotated for helgrind, so it sees every order chime
 # relies on instead of reporting what the atomics publish as races.
 if ! cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCHIME_SANITIZER= \
-    -DCHIME_BUILD_EXAMPLES=OFF -DCHIME_HELGRIND=ON >/dev/null ||
+    -DCHIME_BUILD_EXAMPLES=OFF -DCHIME_HELGRIND=ON \
+    -DCHIME_TEST_TIMEOUT_SCALE=30 >/dev/null ||
     ! cmake --build "$dir" -j2 >"$dir.build.log" 2>&1; then
     cat "$dir.build.log" >&2
     echo "valgrind: FAILED to configure or build" >&2

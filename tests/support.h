@@ -21,6 +21,15 @@
 #include <time.h>
 
 /* ---- time constants ----------------------------------------------------- */
+/* Criterion timeouts, there to turn a deadlock into a failure, are scaled
+ * by the build (CHIME_TEST_TIMEOUT_SCALE: 1 plain, 3 under a sanitizer, 30
+ * under valgrind, see tests/CMakeLists.txt): a test must never fail because
+ * the machine is slow or busy. */
+#ifndef CHIME_TEST_TIMEOUT_SCALE
+#define CHIME_TEST_TIMEOUT_SCALE 1
+#endif
+#define T_TIMEOUT(s) ((s) * CHIME_TEST_TIMEOUT_SCALE)
+
 /* Upper bound for anything that "should happen soon" (the TCK's LONG). */
 #define T_LONG_NS (10 * CHIME_SEC)
 /* Generous upper bound for real-time checks on a loaded machine. */

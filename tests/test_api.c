@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <string.h>
 
-TestSuite(api, .timeout = 10);
+TestSuite(api, .timeout = T_TIMEOUT(10));
 
 /* B13/B14 and the NULL matrix of every pool and task function. */
 Test(api, null_and_out_of_range_arguments_get_einval)

@@ -24,7 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-TestSuite(badinput, .timeout = 30);
+TestSuite(badinput, .timeout = T_TIMEOUT(30));
 
 /* In-child result for a call that never returned. */
 #define BLOCKS_FOREVER 0x7eadbeefL

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-TestSuite(basic, .timeout = 10);
+TestSuite(basic, .timeout = T_TIMEOUT(10));
 
 /* ---- helpers ------------------------------------------------------------ */
 

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-TestSuite(cancel, .timeout = 10);
+TestSuite(cancel, .timeout = T_TIMEOUT(10));
 
 /* A controllable body: counts runs; on run number `block_on` (1-based) it
  * signals `started` and blocks on `gate`; on run `cancel_self_on` it

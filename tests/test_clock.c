@@ -12,7 +12,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-TestSuite(clock, .timeout = 10);
+TestSuite(clock, .timeout = T_TIMEOUT(10));
 
 /* ---- tests -------------------------------------------------------------- */
 

@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-TestSuite(contract, .timeout = 30);
+TestSuite(contract, .timeout = T_TIMEOUT(30));
 
 /* ---- helpers --------------------------------------------------------------
  */

@@ -18,7 +18,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-TestSuite(epoll, .timeout = 10);
+TestSuite(epoll, .timeout = T_TIMEOUT(10));
 
 /* ---- helpers ------------------------------------------------------------ */
 

@@ -44,7 +44,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-TestSuite(faults, .timeout = 60);
+TestSuite(faults, .timeout = T_TIMEOUT(60));
 
 /* ---- counting allocation hooks ----------------------------------------- */
 
@@ -741,7 +741,7 @@ scenario(sc *s, long k)
  * with a per-task allocator, slow under valgrind. (A test-level .timeout
  * makes Criterion 2.4.1's runner leak 48 bytes when jobs run in parallel,
  * which LeakSanitizer then reports; a suite-level one does not.) */
-TestSuite(faults_sweep, .timeout = 900);
+TestSuite(faults_sweep, .timeout = T_TIMEOUT(900));
 
 Test(faults_sweep, every_allocation_site_fails_in_turn_without_loss_or_leak)
 {

@@ -11,6 +11,8 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 
+#include "support.h"
+
 #include "heap.h"
 #include "internal.h"
 
@@ -21,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-TestSuite(heap, .timeout = 10);
+TestSuite(heap, .timeout = T_TIMEOUT(10));
 
 /* ---- helpers ----------------------------------------------------------- */
 

@@ -14,7 +14,7 @@
 #include <errno.h>
 #include <string.h>
 
-TestSuite(hooks, .timeout = 10);
+TestSuite(hooks, .timeout = T_TIMEOUT(10));
 
 /* ---- recorder ---------------------------------------------------------- */
 

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-TestSuite(loop, .timeout = 20);
+TestSuite(loop, .timeout = T_TIMEOUT(20));
 
 #define MS CHIME_MSEC
 

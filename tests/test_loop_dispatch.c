@@ -22,7 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-TestSuite(loop, .timeout = 20);
+TestSuite(loop, .timeout = T_TIMEOUT(20));
 
 #define MS CHIME_MSEC
 

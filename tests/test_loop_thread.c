@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-TestSuite(loop, .timeout = 20);
+TestSuite(loop, .timeout = T_TIMEOUT(20));
 
 #define MS CHIME_MSEC
 

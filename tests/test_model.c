@@ -14,6 +14,8 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 
+#include "support.h"
+
 #include "chime/chime.h"
 #include "model.h"
 
@@ -25,7 +27,7 @@
 
 /* 200 sequences take about a second plain and 4-5 s under TSan; a hang
  * (a lost wake-up) is reported from inside after 5 s of waiting. */
-TestSuite(model, .timeout = 60);
+TestSuite(model, .timeout = T_TIMEOUT(60));
 
 static uint64_t
 splitmix64(uint64_t x)

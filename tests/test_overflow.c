@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-TestSuite(overflow, .timeout = 10);
+TestSuite(overflow, .timeout = T_TIMEOUT(10));
 
 /* ---- helpers ------------------------------------------------------------ */
 

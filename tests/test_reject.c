@@ -11,7 +11,7 @@
 #include <errno.h>
 #include <string.h>
 
-TestSuite(reject, .timeout = 10);
+TestSuite(reject, .timeout = T_TIMEOUT(10));
 
 /* ---- helpers ----------------------------------------------------------- */
 

@@ -11,7 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-TestSuite(shutdown, .timeout = 10);
+TestSuite(shutdown, .timeout = T_TIMEOUT(10));
 
 /* ---- helpers ----------------------------------------------------------- */
 

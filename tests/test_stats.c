@@ -11,7 +11,7 @@
 #include <sched.h>
 #include <stdlib.h>
 
-TestSuite(stats, .timeout = 10);
+TestSuite(stats, .timeout = T_TIMEOUT(10));
 
 /* ---- helpers ----------------------------------------------------------- */
 

@@ -13,7 +13,7 @@
 #include <errno.h>
 #include <pthread.h>
 
-TestSuite(badinput_event, .timeout = 30);
+TestSuite(badinput_event, .timeout = T_TIMEOUT(30));
 
 static int marker;
 #define MARK ((void *)&marker)

@@ -33,7 +33,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-TestSuite(event, .timeout = 20);
+TestSuite(event, .timeout = T_TIMEOUT(20));
 
 #define MS CHIME_MSEC
 #define IDLE_NS (300 * MS)    /* a connection's idle timeout */
