@@ -30,10 +30,12 @@
 #endif
 #define T_TIMEOUT(s) ((s) * CHIME_TEST_TIMEOUT_SCALE)
 
-/* Upper bound for anything that "should happen soon" (the TCK's LONG). */
-#define T_LONG_NS (10 * CHIME_SEC)
-/* Generous upper bound for real-time checks on a loaded machine. */
-#define T_UPPER_NS (5 * CHIME_SEC)
+/* Upper bound for anything that "should happen soon" (the TCK's LONG);
+ * scaled like the timeouts, since a slow build makes everything later. */
+#define T_LONG_NS (10 * CHIME_SEC * CHIME_TEST_TIMEOUT_SCALE)
+/* Generous upper bound for real-time checks on a loaded machine (scaled
+ * the same way). */
+#define T_UPPER_NS (5 * CHIME_SEC * CHIME_TEST_TIMEOUT_SCALE)
 /* Real time a "must not happen" check waits for (a wait that must time
  * out). */
 #define T_QUIET_NS (30 * CHIME_MSEC)
