@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#if !defined(NDEBUG) && defined(__GLIBC__)
+#if !defined(NDEBUG) && defined(__GLIBC__) && !defined(CHIME_HELGRIND)
 int
 chime__thread_id(void)
 {
