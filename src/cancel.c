@@ -75,7 +75,7 @@ lock_live(struct chime_task *t, struct chime_loop **l)
      * keeps. */
     *l = chime__task_loop(t);
     pthread_mutex_t *mu = *l ? &(*l)->mu : &p->mu;
-    pthread_mutex_lock(mu);
+    CHIME_LOCK_EITHER(mu, *l != NULL);
     if (chime__state_is_final(chime__task_state(t))) {
         pthread_mutex_unlock(mu);
         return -EALREADY;
@@ -90,7 +90,7 @@ loop_dropped(struct chime_pool *p)
 {
     if (atomic_load(&p->accepting))
         return;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     chime__try_terminate_locked(p);
     pthread_mutex_unlock(&p->mu);
 }

@@ -78,4 +78,21 @@ int chime__thread_id(void);
 #define CHIME_ASSERT_HELD(mu) ((void)0)
 #endif
 
+
+/* Lock acquisitions, counted per thread in a benchmark build
+ * (-DCHIME_LOCK_STATS: chime__lock_stats() in lib.c reads them), free
+ * otherwise. POOL: a pool's mutex, shared by every thread using the pool;
+ * LOOP: a binding's mutex. */
+#ifdef CHIME_LOCK_STATS
+extern _Thread_local uint64_t chime__lock_counts[2];
+#define CHIME_LOCK_POOL(m) (chime__lock_counts[0]++, pthread_mutex_lock(m))
+#define CHIME_LOCK_LOOP(m) (chime__lock_counts[1]++, pthread_mutex_lock(m))
+#define CHIME_LOCK_EITHER(m, is_loop)                                          \
+    (chime__lock_counts[(is_loop) ? 1 : 0]++, pthread_mutex_lock(m))
+#else
+#define CHIME_LOCK_POOL(m) pthread_mutex_lock(m)
+#define CHIME_LOCK_LOOP(m) pthread_mutex_lock(m)
+#define CHIME_LOCK_EITHER(m, is_loop) pthread_mutex_lock(m)
+#endif
+
 #endif

@@ -193,7 +193,7 @@ chime__try_terminate_locked(struct chime_pool *p)
         {
             struct chime_loop *l =
                 chime__container_of(n, struct chime_loop, link);
-            pthread_mutex_lock(&l->mu);
+            CHIME_LOCK_LOOP(&l->mu);
             size_t busy = l->tasks;
             pthread_mutex_unlock(&l->mu);
             if (busy != 0)
@@ -217,7 +217,7 @@ chime__try_terminate_locked(struct chime_pool *p)
         chime__enter(&f, p, CHIME_FRAME_TERMINATED);
         p->on_terminated(p, p->hook_ctx);
         chime__leave(&f);
-        pthread_mutex_lock(&p->mu);
+        CHIME_LOCK_POOL(&p->mu);
     }
     p->run_state = CHIME_POOL_TERMINATED;
     pthread_cond_broadcast(&p->term_cv);

@@ -40,3 +40,17 @@ chime_version(void)
     return CHIME_STR(CHIME_VERSION_MAJOR) "." CHIME_STR(
         CHIME_VERSION_MINOR) "." CHIME_STR(CHIME_VERSION_PATCH);
 }
+
+#ifdef CHIME_LOCK_STATS
+_Thread_local uint64_t chime__lock_counts[2];
+
+/* Benchmark builds: the calling thread's pool-mutex and binding-mutex
+ * acquisitions so far. */
+CHIME_EXPORT void chime__lock_stats(uint64_t *pool_locks, uint64_t *loop_locks);
+void
+chime__lock_stats(uint64_t *pool_locks, uint64_t *loop_locks)
+{
+    *pool_locks = chime__lock_counts[0];
+    *loop_locks = chime__lock_counts[1];
+}
+#endif

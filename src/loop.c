@@ -71,7 +71,7 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
                                                : DEFAULT_BATCH;
     l->fork_gen = p->fork_gen;
 
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     rc = p->run_state != CHIME_POOL_RUNNING ? -ESHUTDOWN : 0;
     uint32_t id = p->loop_count;
     if (rc == 0 && id >= UINT16_MAX)
@@ -103,7 +103,7 @@ chime_loop_fd(chime_loop *l)
         return -EINVAL;
     if (chime__forked(l->fork_gen))
         return -ECHILD;
-    pthread_mutex_lock(&l->mu);
+    CHIME_LOCK_LOOP(&l->mu);
     int fd = l->closed ? -EBADF : l->pfd;
     pthread_mutex_unlock(&l->mu);
     return fd;
@@ -117,7 +117,7 @@ chime_loop_set_thread(chime_loop *l)
     if (chime__forked(l->fork_gen))
         return -ECHILD;
     int rc = 0;
-    pthread_mutex_lock(&l->mu);
+    CHIME_LOCK_LOOP(&l->mu);
     if (!l->has_owner) {
         l->owner = pthread_self();
         l->has_owner = true;
@@ -147,8 +147,8 @@ chime_loop_close(chime_loop *l)
     struct chime_pool *p = l->pool;
     struct chime_task *garbage = NULL, *removed = NULL;
 
-    pthread_mutex_lock(&p->mu);
-    pthread_mutex_lock(&l->mu);
+    CHIME_LOCK_POOL(&p->mu);
+    CHIME_LOCK_LOOP(&l->mu);
     if (l->closed) {
         pthread_mutex_unlock(&l->mu);
         pthread_mutex_unlock(&p->mu);
@@ -213,7 +213,7 @@ after_drops(struct chime_pool *p)
 {
     if (atomic_load(&p->accepting))
         return;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     chime__try_terminate_locked(p);
     pthread_mutex_unlock(&p->mu);
 }
@@ -226,7 +226,7 @@ chime_loop_dispatch(chime_loop *l)
     if (chime__forked(l->fork_gen))
         return -ECHILD;
     struct chime_pool *p = l->pool;
-    pthread_mutex_lock(&l->mu);
+    CHIME_LOCK_LOOP(&l->mu);
     if (l->closed) {
         pthread_mutex_unlock(&l->mu);
         return -ESHUTDOWN;
@@ -259,15 +259,18 @@ chime_loop_dispatch(chime_loop *l)
         if (want > CHIME_LOOP_BATCH)
             want = CHIME_LOOP_BATCH;
         uint32_t k = 0;
-        for (; k < want; k++) {
-            int64_t deadline;
-            struct chime_task *t = chime__ready_pop_locked(l, &deadline);
+        while (k < want) {
+            int64_t deadline, timeout;
+            struct chime_task *t =
+                chime__ready_pop_locked(l, &deadline, &timeout);
             if (t == NULL)
                 break;
+            if (chime__timers_touched_locked(l, t, deadline, timeout))
+                continue;
             t->run_deadline = deadline;
             atomic_store_explicit(&t->state, CHIME_TASK_BATCHED,
                                   memory_order_relaxed);
-            atomic_store_explicit(&l->batch[k], t, memory_order_relaxed);
+            atomic_store_explicit(&l->batch[k++], t, memory_order_relaxed);
         }
         if (k == 0)
             break;
@@ -283,7 +286,7 @@ chime_loop_dispatch(chime_loop *l)
                 continue; /* taken away before it started */
             int8_t exp = CHIME_TASK_BATCHED;
             if (!chime__task_cas_state(t, &exp, CHIME_TASK_RUNNING)) {
-                pthread_mutex_lock(&l->mu);
+                CHIME_LOCK_LOOP(&l->mu);
                 size_t before = l->tasks;
                 chime__loop_stolen_locked(l, t, exp, &garbage);
                 dropped += before - l->tasks;
@@ -298,7 +301,7 @@ chime_loop_dispatch(chime_loop *l)
             if (settle_unlocked(t, rc, &freed)) {
                 fast++;
             } else {
-                pthread_mutex_lock(&l->mu);
+                CHIME_LOCK_LOOP(&l->mu);
                 size_t before = l->tasks;
                 chime__loop_settle_locked(l, t, rc, result, &garbage);
                 dropped += before - l->tasks;
@@ -307,7 +310,7 @@ chime_loop_dispatch(chime_loop *l)
             ran++;
         }
 
-        pthread_mutex_lock(&l->mu);
+        CHIME_LOCK_LOOP(&l->mu);
         l->batch_n = 0;
         l->st.dispatched += (uint64_t)ran;
         l->pst.completed += (uint64_t)fast;
@@ -356,7 +359,7 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
     atomic_fetch_add(&p->loop_tasks, 1);
     if (!atomic_load(&p->accepting)) {
         chime__loop_tasks_sub(p, 1);
-        pthread_mutex_lock(&p->mu);
+        CHIME_LOCK_POOL(&p->mu);
         /* Termination may have looked while this post was counted. */
         chime__try_terminate_locked(p);
         if (l->closed) {
@@ -374,7 +377,7 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
         return chime__reject_unlock(p, t, -ESHUTDOWN, out);
     }
 
-    pthread_mutex_lock(&l->mu);
+    CHIME_LOCK_LOOP(&l->mu);
     struct chime_task *t = l->closed ? NULL : chime__loop_alloc_locked(l);
     struct chime_task *garbage = NULL;
     int rc = l->closed ? -ESHUTDOWN : (t ? 0 : -ENOMEM);
@@ -401,7 +404,7 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
     chime__loop_tasks_sub(p, 1);
     if (!atomic_load(&p->accepting)) {
         /* Termination may have looked while this post was counted. */
-        pthread_mutex_lock(&p->mu);
+        CHIME_LOCK_POOL(&p->mu);
         chime__try_terminate_locked(p);
         pthread_mutex_unlock(&p->mu);
     }
@@ -460,7 +463,7 @@ chime_loop_get_stats(chime_loop *l, chime_loop_stats *out)
         return -EINVAL;
     if (chime__forked(l->fork_gen))
         return -ECHILD;
-    pthread_mutex_lock(&l->mu);
+    CHIME_LOCK_LOOP(&l->mu);
     *out = l->st;
     /* Ready: in the ring, or due and still among the timers (a dispatch
      * moves them). */

@@ -116,7 +116,7 @@ chime_pool_prestart(chime_pool *p)
         return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     int rc = 0;
     if (p->run_state != CHIME_POOL_RUNNING)
         rc = -ESHUTDOWN;
@@ -154,7 +154,7 @@ chime_pool_set_threads(chime_pool *p, unsigned n)
         return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     p->core = n;
     /* Surplus idle workers notice and exit. */
     pthread_cond_broadcast(&p->follower_cv);
@@ -182,7 +182,7 @@ chime_pool_threads(chime_pool *p)
         return 0;
     if (CHIME_FORKED(p))
         return 0;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     unsigned n = p->core;
     pthread_mutex_unlock(&p->mu);
     return n;
@@ -196,7 +196,7 @@ set_policy(chime_pool *p, _Atomic bool *field, bool on)
     if (CHIME_FORKED(p))
         return -ECHILD;
     struct chime_task *garbage = NULL;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     *field = on;
     if (!on && p->run_state == CHIME_POOL_SHUTDOWN)
         chime__on_shutdown_locked(p, &garbage);
@@ -212,7 +212,7 @@ get_policy(chime_pool *p, const _Atomic bool *field)
         return false;
     if (CHIME_FORKED(p))
         return false;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     bool r = *field;
     pthread_mutex_unlock(&p->mu);
     return r;
@@ -249,7 +249,7 @@ chime_pool_set_remove_on_cancel(chime_pool *p, bool on)
         return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     p->remove_on_cancel = on;
     pthread_mutex_unlock(&p->mu);
     return 0;
@@ -268,7 +268,7 @@ chime_pool_clock_changed(chime_pool *p)
         return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     chime__new_head_locked(p);
     /* Bindings have no timerfd with a custom clock: each dispatch looks
      * at its timers against the new time. */
@@ -276,7 +276,7 @@ chime_pool_clock_changed(chime_pool *p)
     chime__list_for_each(n, &p->loops)
     {
         struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
-        pthread_mutex_lock(&l->mu);
+        CHIME_LOCK_LOOP(&l->mu);
         if (chime__theap_peek_deadline(&l->timers) <= chime__pool_now(p) &&
             chime__timers_due_count_locked(l, chime__pool_now(p)) != 0)
             chime__ready_signal_locked(l);
@@ -321,7 +321,7 @@ chime_pool_remove(chime_pool *p, chime_task *t)
     struct chime_loop *l = chime__task_loop(t);
     if (l != NULL) {
         /* Its states move under its binding's lock only. */
-        pthread_mutex_lock(&l->mu);
+        CHIME_LOCK_LOOP(&l->mu);
         if (!chime__state_is_final(chime__task_state(t)) &&
             (t->flags & CHIME_TF_INHEAP)) {
             chime__theap_remove(&l->timers, t);
@@ -335,14 +335,14 @@ chime_pool_remove(chime_pool *p, chime_task *t)
         }
         pthread_mutex_unlock(&l->mu);
         if (rc == 0 && !atomic_load(&p->accepting)) {
-            pthread_mutex_lock(&p->mu);
+            CHIME_LOCK_POOL(&p->mu);
             chime__try_terminate_locked(p);
             pthread_mutex_unlock(&p->mu);
         }
         chime__free_garbage(garbage);
         return rc;
     }
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     if (queued_locked(t)) {
         chime__heap_remove(&p->heap, t);
         if (!chime__state_is_final(chime__task_state(t)))
@@ -365,7 +365,7 @@ chime_pool_contains(chime_pool *p, chime_task *t)
         return false;
     struct chime_loop *l = chime__task_loop(t);
     pthread_mutex_t *mu = l ? &l->mu : &p->mu;
-    pthread_mutex_lock(mu);
+    CHIME_LOCK_EITHER(mu, l != NULL);
     bool r = queued_locked(t);
     pthread_mutex_unlock(mu);
     return r;
@@ -387,7 +387,7 @@ chime_pool_purge(chime_pool *p)
     if (CHIME_FORKED(p))
         return -ECHILD;
     struct chime_task *removed = NULL, *garbage = NULL;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     uint32_t lazy = p->heap.lazy;
     uint32_t n = chime__heap_filter(&p->heap, is_cancelled, NULL, &removed);
     n -= lazy - p->heap.lazy; /* those were out of the queue already */
@@ -396,7 +396,7 @@ chime_pool_purge(chime_pool *p)
     chime__list_for_each(ln, &p->loops)
     {
         struct chime_loop *l = chime__container_of(ln, struct chime_loop, link);
-        pthread_mutex_lock(&l->mu);
+        CHIME_LOCK_LOOP(&l->mu);
         removed = NULL;
         uint32_t lz = l->timers.lazy;
         n += chime__timers_take_locked(l, is_cancelled, NULL, &removed);
@@ -417,7 +417,7 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
         return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     *out = p->st;
     out->pending = p->heap.len - p->heap.lazy;
     out->threads_alive = p->nlive;
@@ -426,12 +426,13 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
         chime__list_for_each(n, lists[i])
         {
             struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
-            pthread_mutex_lock(&l->mu);
+            CHIME_LOCK_LOOP(&l->mu);
             out->pending += l->timers.len - l->timers.lazy;
             out->submitted += l->pst.submitted;
             out->completed += l->pst.completed;
             out->cancelled += l->pst.cancelled;
             out->failed += l->pst.failed;
+            out->rejected += l->pst.rejected;
             pthread_mutex_unlock(&l->mu);
         }
     }

@@ -256,6 +256,11 @@ void chime__timers_due_locked(struct chime_loop *l, int64_t now,
                               struct chime_task **garbage);
 /* How many timers are due at now (not cancelled, not touched past it). */
 size_t chime__timers_due_count_locked(struct chime_loop *l, int64_t now);
+/* A due timer taken off the ring (deadline, timeout as the ring had them)
+ * that was touched since it was found due: put back among the timers for
+ * the rest of its timeout (returns true), else false (run it). */
+bool chime__timers_touched_locked(struct chime_loop *l, struct chime_task *t,
+                                  int64_t deadline, int64_t timeout);
 /* Arms the timerfd for the earliest timer if it is set for later. */
 void chime__timers_arm_locked(struct chime_loop *l);
 /* The deadline of a queued (PENDING) loop task, touches included. */

@@ -184,7 +184,7 @@ chime__ready_signal_locked(struct chime_loop *l)
 
 int
 chime__ready_append_locked(struct chime_loop *l, struct chime_task *t,
-                           int64_t deadline)
+                           int64_t deadline, int64_t timeout)
 {
     CHIME_ASSERT_HELD(&l->mu);
     if (l->tail - l->head == l->cap) {
@@ -195,6 +195,7 @@ chime__ready_append_locked(struct chime_loop *l, struct chime_task *t,
     struct chime_ring_entry *e = &l->ring[l->tail & (l->cap - 1)];
     e->task = t;
     e->deadline = deadline;
+    e->timeout = timeout;
     t->heap_index = l->tail;
     chime__task_set_state(t, CHIME_TASK_READY);
     l->tail++;
@@ -206,7 +207,7 @@ int
 chime__ready_push_locked(struct chime_loop *l, struct chime_task *t,
                          int64_t deadline)
 {
-    int rc = chime__ready_append_locked(l, t, deadline);
+    int rc = chime__ready_append_locked(l, t, deadline, 0);
     if (rc == 0)
         signal_locked(l);
     return rc;
@@ -227,7 +228,8 @@ chime__ready_unqueue_locked(struct chime_loop *l, struct chime_task *t)
 }
 
 struct chime_task *
-chime__ready_pop_locked(struct chime_loop *l, int64_t *deadline)
+chime__ready_pop_locked(struct chime_loop *l, int64_t *deadline,
+                        int64_t *timeout)
 {
     CHIME_ASSERT_HELD(&l->mu);
     while (l->head != l->tail) {
@@ -237,6 +239,7 @@ chime__ready_pop_locked(struct chime_loop *l, int64_t *deadline)
         l->head++;
         if (t != NULL) {
             *deadline = e->deadline;
+            *timeout = e->timeout;
             l->live--;
             return t;
         }

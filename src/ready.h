@@ -14,6 +14,7 @@
 struct chime_ring_entry {
     struct chime_task *task;
     int64_t deadline;
+    int64_t timeout; /* a loop one-shot timer's timeout (touch), else 0 */
 };
 
 /* A binding. The ready queue and its fd (ready.c) sit below the pool: the
@@ -64,7 +65,7 @@ struct chime_loop {
     pthread_cond_t done_cv;   /* completion of this binding's tasks */
     unsigned waiters;         /* threads waiting on done_cv */
     struct {                  /* counters folded into the pool's stats */
-        uint64_t submitted, completed, cancelled, failed;
+        uint64_t submitted, completed, cancelled, failed, rejected;
     } pst;
 };
 
@@ -103,12 +104,13 @@ void chime__ready_signal_locked(struct chime_loop *l);
 /* The same without touching the fd: a dispatch moving due timers, which
  * signals at its end if it leaves work behind. */
 int chime__ready_append_locked(struct chime_loop *l, struct chime_task *t,
-                               int64_t deadline);
+                               int64_t deadline, int64_t timeout);
 /* Takes a READY task out of the ring (a tombstone stays). */
 void chime__ready_unqueue_locked(struct chime_loop *l, struct chime_task *t);
 /* The next ready task and its deadline, or NULL (ring empty). */
 struct chime_task *chime__ready_pop_locked(struct chime_loop *l,
-                                           int64_t *deadline);
+                                           int64_t *deadline,
+                                           int64_t *timeout);
 /* The ring was found empty: make the fd unreadable. */
 void chime__ready_drain_locked(struct chime_loop *l);
 /* Takes a BATCHED task away from the dispatch that holds it, before it

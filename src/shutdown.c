@@ -50,7 +50,7 @@ chime__on_shutdown_locked(struct chime_pool *p, struct chime_task **garbage)
     chime__list_for_each(n, &p->loops)
     {
         struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
-        pthread_mutex_lock(&l->mu);
+        CHIME_LOCK_LOOP(&l->mu);
         removed = NULL;
         chime__timers_take_locked(l, drop_at_shutdown, &c, &removed);
         chime__loop_cancel_list_locked(l, removed, garbage);
@@ -73,7 +73,7 @@ chime_pool_shutdown(chime_pool *p)
     if (CHIME_FORKED(p))
         return -ECHILD;
     struct chime_task *garbage = NULL;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     if (p->run_state == CHIME_POOL_RUNNING) {
         p->run_state = CHIME_POOL_SHUTDOWN;
         atomic_store(&p->accepting, false);
@@ -148,7 +148,7 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
 
     struct chime_task *removed = NULL, *garbage = NULL, *never_ran = NULL;
     size_t n = 0;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     if (p->run_state < CHIME_POOL_STOP)
         p->run_state = CHIME_POOL_STOP;
     atomic_store(&p->accepting, false);
@@ -161,7 +161,7 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
         /* Due loop tasks that have not started never will: handed back
          * like queued ones. A running loop callback is flagged. */
         struct chime_loop *l = chime__container_of(ln, struct chime_loop, link);
-        pthread_mutex_lock(&l->mu);
+        CHIME_LOCK_LOOP(&l->mu);
         struct chime_task *taken = NULL;
         chime__timers_take_locked(l, drop_all, NULL, &taken);
         chime__ready_take_locked(l, false, &taken);
@@ -227,7 +227,7 @@ chime_pool_await_termination(chime_pool *p, int64_t timeout_ns)
     struct timespec ts = chime__abs_timespec(
         chime__sat_add(chime__monotonic_ns(), timeout_ns > 0 ? timeout_ns : 0));
     int rc = 0;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     while (p->run_state != CHIME_POOL_TERMINATED) {
         if (timeout_ns == 0) {
             rc = -ETIMEDOUT;
@@ -259,14 +259,14 @@ chime_pool_destroy(chime_pool *p)
      * from under them. */
     if (chime__on_own_worker(p) || chime__inside(p, CHIME_FRAME_ANY))
         return -EDEADLK;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     bool busy = !chime__list_empty(&p->loops);
     pthread_mutex_unlock(&p->mu);
     if (busy)
         return -EBUSY;
     chime_pool_shutdown_now(p, NULL, NULL);
     chime_pool_await_termination(p, CHIME_FOREVER);
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     bool join = p->have_last;
     pthread_t last = p->last_exited;
     p->have_last = false;
@@ -286,7 +286,7 @@ chime_pool_is_shutdown(chime_pool *p)
         return false;
     if (CHIME_FORKED(p))
         return false;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     bool r = p->run_state >= CHIME_POOL_SHUTDOWN;
     pthread_mutex_unlock(&p->mu);
     return r;
@@ -299,7 +299,7 @@ chime_pool_is_terminating(chime_pool *p)
         return false;
     if (CHIME_FORKED(p))
         return false;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     bool r = p->run_state >= CHIME_POOL_SHUTDOWN &&
              p->run_state < CHIME_POOL_TERMINATED;
     pthread_mutex_unlock(&p->mu);
@@ -313,7 +313,7 @@ chime_pool_is_terminated(chime_pool *p)
         return false;
     if (CHIME_FORKED(p))
         return false;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     bool r = p->run_state == CHIME_POOL_TERMINATED;
     pthread_mutex_unlock(&p->mu);
     return r;

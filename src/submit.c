@@ -28,7 +28,7 @@ run_in_caller(struct chime_pool *p, struct chime_task *t)
     void *result;
     int rc = chime__invoke(p, t, &result);
     struct chime_task *garbage = NULL;
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     p->st.completed++;
     if (!chime__state_is_final(chime__task_state(t))) {
         if (rc != 0) {
@@ -55,10 +55,49 @@ caller_may_run_locked(struct chime_task *t)
     struct chime_loop *l = chime__task_loop(t);
     if (l == NULL)
         return true;
-    pthread_mutex_lock(&l->mu);
+    CHIME_LOCK_LOOP(&l->mu);
     bool mine = chime__ready_on_loop_thread_locked(l);
     pthread_mutex_unlock(&l->mu);
     return mine;
+}
+
+/* DISCARD_OLDEST when the oldest pending task (the earliest deadline) is
+ * a binding's timer: rejects it, releases pool->mu and returns true (the
+ * caller retries); false (nothing done, lock held) when the pool's own
+ * heap has the oldest or there is none. */
+static bool
+discard_loop_oldest_unlock(struct chime_pool *p)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    struct chime_loop *best = NULL;
+    int64_t best_d = chime__heap_peek_deadline(&p->heap);
+    struct chime_list *ln;
+    chime__list_for_each(ln, &p->loops)
+    {
+        struct chime_loop *l = chime__container_of(ln, struct chime_loop, link);
+        CHIME_LOCK_LOOP(&l->mu);
+        int64_t d = chime__theap_peek_deadline(&l->timers);
+        pthread_mutex_unlock(&l->mu);
+        if (d < best_d) {
+            best_d = d;
+            best = l;
+        }
+    }
+    if (best == NULL)
+        return false;
+    struct chime_task *garbage = NULL;
+    CHIME_LOCK_LOOP(&best->mu);
+    struct chime_task *victim = chime__theap_pop(&best->timers, NULL);
+    if (victim != NULL) {
+        if (!chime__state_is_final(chime__task_state(victim)))
+            chime__loop_complete_locked(best, victim, CHIME_TASK_REJECTED,
+                                        -EAGAIN);
+        chime__loop_drop_locked(best, victim, &garbage);
+    }
+    pthread_mutex_unlock(&best->mu);
+    pthread_mutex_unlock(&p->mu);
+    chime__free_garbage(garbage);
+    return true;
 }
 
 int
@@ -70,6 +109,8 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
     case CHIME_REJECT_DISCARD_OLDEST:
         /* Only a full queue has an oldest task to give up; the caller
          * retries the push after this returns 1. */
+        if (reason == -EAGAIN && discard_loop_oldest_unlock(p))
+            return 1;
         if (reason == -EAGAIN && p->heap.len > 0) {
             struct chime_task *head = chime__heap_peek(&p->heap);
             if (chime__undefer_locked(&p->heap, head)) {
@@ -115,7 +156,7 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
         chime__leave(&f);
         if (rc != 0 && out)
             chime_task_release(t);
-        pthread_mutex_lock(&p->mu);
+        CHIME_LOCK_POOL(&p->mu);
         chime__drop_locked(t, &garbage);
         pthread_mutex_unlock(&p->mu);
         chime__free_garbage(garbage);
@@ -154,7 +195,7 @@ pending_locked(struct chime_pool *p)
     chime__list_for_each(ln, &p->loops)
     {
         struct chime_loop *l = chime__container_of(ln, struct chime_loop, link);
-        pthread_mutex_lock(&l->mu);
+        CHIME_LOCK_LOOP(&l->mu);
         n += l->timers.len - l->timers.lazy;
         pthread_mutex_unlock(&l->mu);
     }
@@ -171,7 +212,7 @@ loop_submit_fast(struct chime_pool *p, struct chime_loop *l, chime_task_fn fn,
 {
     if (p->max_pending != 0 || !atomic_load(&p->accepting))
         return 1;
-    pthread_mutex_lock(&l->mu);
+    CHIME_LOCK_LOOP(&l->mu);
     struct chime_task *t = l->closed ? NULL : chime__loop_alloc_locked(l);
     int rc;
     if (l->closed) {
@@ -223,7 +264,7 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         if (rc != 1)
             return rc;
     }
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     struct chime_task *t = chime__slab_alloc_locked(&p->slab);
     if (t == NULL) {
         pthread_mutex_unlock(&p->mu);
@@ -253,14 +294,14 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
             return rc;
         /* DISCARD_OLDEST made room: look again (the binding may have been
          * closed while the lock was dropped). */
-        pthread_mutex_lock(&p->mu);
+        CHIME_LOCK_POOL(&p->mu);
     }
 
     int64_t now = chime__pool_now(p);
     if (loop != NULL) {
         /* Accepted (the slow path: a capacity, or a race with shutdown
          * lost by the shutdown): into its binding's timers. */
-        pthread_mutex_lock(&loop->mu);
+        CHIME_LOCK_LOOP(&loop->mu);
         int rc = chime__timers_submit_locked(
             loop, t, chime__deadline_after(now, delay), now);
         pthread_mutex_unlock(&loop->mu);
@@ -295,7 +336,7 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         if (rc != 0) {
             /* No worker at all means the task could never run: take it
              * back and report (Java accepts it silently; B50). */
-            pthread_mutex_lock(&p->mu);
+            CHIME_LOCK_POOL(&p->mu);
             /* Exiting workers (in their stop hook) take nothing more. */
             bool take_back = p->nthreads == 0 &&
                              (t->flags & CHIME_TF_INHEAP) &&

@@ -160,7 +160,7 @@ chime_task_remaining(chime_task *t)
         return 0;
     struct chime_loop *l = chime__task_loop(t);
     pthread_mutex_t *mu = l ? &l->mu : &p->mu;
-    pthread_mutex_lock(mu);
+    CHIME_LOCK_EITHER(mu, l != NULL);
     int64_t r = 0;
     int st = chime__task_state(t);
     if (!chime__state_is_final(st)) {
@@ -246,7 +246,7 @@ chime_task_wait(chime_task *t, int64_t timeout_ns, void **result)
     pthread_cond_t *cv;
     unsigned *waiters;
     wait_place(t, &mu, &cv, &waiters);
-    pthread_mutex_lock(mu);
+    CHIME_LOCK_EITHER(mu, chime__task_loop(t) != NULL);
     (*waiters)++;
     while (!chime__state_is_final(st = chime__task_state(t))) {
         if (timeout_ns < 0) {
@@ -278,7 +278,7 @@ chime_task_sleep(chime_task *t, int64_t ns)
     pthread_cond_t *cv;
     unsigned *waiters;
     wait_place(t, &mu, &cv, &waiters);
-    pthread_mutex_lock(mu);
+    CHIME_LOCK_EITHER(mu, chime__task_loop(t) != NULL);
     (*waiters)++;
     for (;;) {
         if (chime__task_interrupted(t) ||

@@ -81,7 +81,7 @@ chime__loop_alloc_locked(struct chime_loop *l)
         pthread_mutex_unlock(&l->mu);
         struct chime_task *list = NULL;
         unsigned n = 0;
-        pthread_mutex_lock(&p->mu);
+        CHIME_LOCK_POOL(&p->mu);
         for (; n < CACHE_REFILL; n++) {
             struct chime_task *t = chime__slab_alloc_locked(&p->slab);
             if (t == NULL)
@@ -90,7 +90,7 @@ chime__loop_alloc_locked(struct chime_loop *l)
             list = t;
         }
         pthread_mutex_unlock(&p->mu);
-        pthread_mutex_lock(&l->mu);
+        CHIME_LOCK_LOOP(&l->mu);
         while (list) {
             /* Fresh nodes: whatever their words say, nobody holds them. */
             struct chime_task *t = list;
@@ -162,6 +162,8 @@ chime__loop_completed_locked(struct chime_loop *l, struct chime_task *t,
         l->pst.cancelled++;
     else if (state == CHIME_TASK_FAILED)
         l->pst.failed++;
+    else if (state == CHIME_TASK_REJECTED)
+        l->pst.rejected++;
     if (l->waiters)
         pthread_cond_broadcast(&l->done_cv);
 }
@@ -347,8 +349,9 @@ chime__timers_due_locked(struct chime_loop *l, int64_t now,
                 continue;
             }
         }
+        int64_t timeout = h->slots[0].timeout;
         chime__theap_pop(h, NULL);
-        if (chime__ready_append_locked(l, t, d) != 0) {
+        if (chime__ready_append_locked(l, t, d, timeout) != 0) {
             chime__loop_complete_locked(l, t, CHIME_TASK_FAILED, -ENOMEM);
             chime__loop_drop_locked(l, t, garbage);
         }
@@ -529,4 +532,24 @@ chime__timers_due_count_locked(struct chime_loop *l, int64_t now)
         }
     }
     return n;
+}
+
+bool
+chime__timers_touched_locked(struct chime_loop *l, struct chime_task *t,
+                             int64_t deadline, int64_t timeout)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    if (timeout == 0 || chime__task_kind(t) != CHIME_KIND_ONESHOT)
+        return false;
+    int64_t touched = chime__sat_add(activity(t), timeout);
+    if (touched <= deadline || chime__theap_reserve(&l->timers) != 0)
+        return false;
+    /* Touched after it was found due (by a callback that ran since): back
+     * to the timers for the rest of its timeout. */
+    chime__task_set_state(t, CHIME_TASK_PENDING);
+    t->seq = l->next_seq++;
+    chime__theap_push(&l->timers, t, touched); /* reserved: cannot fail */
+    slot_of(l, t)->timeout = timeout;
+    l->st.touch_requeues++;
+    return true;
 }

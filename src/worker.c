@@ -64,7 +64,7 @@ release_garbage(struct chime_pool *p, struct chime_worker *w)
     w->garbage = NULL;
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(g);
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     return true;
 }
 
@@ -244,7 +244,7 @@ run_locked(struct chime_pool *p, struct chime_worker *w, struct chime_task *t,
     void *result;
     int rc = chime__invoke(p, t, &result);
 
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     p->st.running--;
     w->current = NULL;
     chime__settle_locked(p, t, rc, result, true, &w->garbage);
@@ -264,7 +264,7 @@ worker_main(void *arg)
      * deadline: the default 50 us of timer slack would be lateness. */
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     /* Counted here, not by the creator: a short-lived worker may be gone
      * before its creator could look. */
     if (++p->nlive > p->st.largest_threads)
@@ -274,7 +274,7 @@ worker_main(void *arg)
     if (p->on_thread_start)
         p->on_thread_start(p, p->hook_ctx);
 
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     for (;;) {
         int64_t now;
         struct chime_task *t = take_locked(p, w, &now);
@@ -292,7 +292,7 @@ worker_main(void *arg)
     if (p->on_thread_stop)
         p->on_thread_stop(p, p->hook_ctx);
 
-    pthread_mutex_lock(&p->mu);
+    CHIME_LOCK_POOL(&p->mu);
     bool join_prev = p->have_last;
     pthread_t prev = p->last_exited;
     p->have_last = true;
@@ -333,7 +333,7 @@ chime__spawn(struct chime_pool *p)
         rc = pthread_attr_setstacksize(&attr, p->stack_size);
     if (rc == 0) {
         w->pool = p;
-        pthread_mutex_lock(&p->mu);
+        CHIME_LOCK_POOL(&p->mu);
         w->index = p->next_index++;
         /* Linked before it runs so shutdown_now can reach its task. */
         chime__list_push(&p->workers, &w->link);
@@ -346,7 +346,7 @@ chime__spawn(struct chime_pool *p)
         rc = create(&tid, &attr, worker_main, w, p->hook_ctx);
         chime__leave(&f);
         if (rc != 0) {
-            pthread_mutex_lock(&p->mu);
+            CHIME_LOCK_POOL(&p->mu);
             chime__list_remove(&w->link);
             pthread_mutex_unlock(&p->mu);
         }
@@ -354,7 +354,7 @@ chime__spawn(struct chime_pool *p)
     if (have_attr)
         pthread_attr_destroy(&attr);
     if (rc != 0) {
-        pthread_mutex_lock(&p->mu);
+        CHIME_LOCK_POOL(&p->mu);
         p->nthreads--;
         chime__try_terminate_locked(p);
         pthread_mutex_unlock(&p->mu);

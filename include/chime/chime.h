@@ -530,27 +530,35 @@ CHIME_EXPORT int chime_task_release(chime_task *task);
 /* ------------------------------------------------------------------------ */
 /* Loop bindings: work that must run on an event loop's thread               */
 /*
- * A binding ties one event loop (one thread) to a pool. The pool keeps the
- * time; when a task that targets a binding is due, a worker moves it to the
- * binding's ready queue and makes the binding's readiness fd readable. The
- * loop thread watches that fd (level-triggered, EPOLLIN / EV_READ) and calls
- * chime_loop_dispatch(), which runs a bounded batch of callbacks on the loop
- * thread. Workers never call into the event loop library.
+ * A binding ties one event loop (one thread) to a pool. The binding owns
+ * its loop tasks: their timers live in a heap of the binding's, under the
+ * binding's own lock, so loop threads with their own bindings share no lock
+ * (not the pool's either) when they schedule, re-arm, touch, cancel or
+ * dispatch. The binding's readiness fd becomes readable when a callback is
+ * ready (a post) or a timer is due (a timerfd inside it, armed for the
+ * earliest timer): due work wakes the loop with no worker thread in
+ * between, and a pool with no worker at all serves its loop timers. The
+ * loop thread watches that fd (level-triggered, EPOLLIN / EV_READ) and
+ * calls chime_loop_dispatch(), which moves what is due into the ready
+ * queue and runs a bounded batch of callbacks on the loop thread. Workers
+ * never call into the event loop library. With a custom clock there is no
+ * timerfd: call chime_pool_clock_changed() when time moves (it makes every
+ * binding with something due readable).
  *
  * The loop thread of a binding is the first thread that calls
  * chime_loop_dispatch() on it (or the one named by chime_loop_set_thread);
  * the guarantees below that say "on its loop thread" refer to it.
  *
  * Guarantees
- * - Ordering: callbacks of one binding run in the order they were handed
- *   to the loop (its ready queue is FIFO). Posts are handed over when
- *   posted, so they run in post order. A timer is handed over when a worker
- *   finds it due; the tasks found due together are handed over in
- *   (deadline, submission) order. A task that becomes due later queues
- *   behind those already handed over, even if its deadline is earlier: for
- *   example the next run of a fixed-rate task that ran late (its deadline
- *   already past) is handed over only after its run returned, behind tasks
- *   handed over meanwhile.
+ * - Ordering: callbacks of one binding run in the order they joined its
+ *   ready queue (FIFO). A timer joins it when a dispatch (or a post) finds
+ *   it due; the timers found due together join in (deadline, submission)
+ *   order, and a post joins behind every timer already due when it is
+ *   posted. A task that becomes due later queues behind those already
+ *   there, even if its deadline is earlier: for example the next run of a
+ *   fixed-rate task that ran late (its deadline already past) joins only
+ *   after its run returned, behind tasks that joined meanwhile. FIFO among
+ *   equal deadlines holds per binding.
  * - A loop task cancelled or re-armed on its loop thread before its callback
  *   started never runs (at its old time), even if it was already due and
  *   sitting in the ready queue. Cancel never blocks.
@@ -571,17 +579,20 @@ typedef struct chime_loop_options {
 /* Fills *opts with the defaults. Thread-safety: any thread. */
 CHIME_EXPORT void chime_loop_options_init(chime_loop_options *opts);
 
-/* Creates a binding on pool, with its own eventfd (non-blocking,
- * close-on-exec). opts NULL: defaults.
+/* Creates a binding on pool, with its own fds (three, all close-on-exec:
+ * the readiness epoll fd, an eventfd and a timerfd). opts NULL: defaults.
  * Returns: 0, -EINVAL (pool or out NULL), -ESHUTDOWN (pool shut down),
  * -ENOMEM, -EMFILE/-ENFILE (no fd), -ECHILD (pool inherited across fork).
  * Thread-safety: any thread. */
 CHIME_EXPORT int chime_loop_new(chime_pool *pool, const chime_loop_options *opts,
                                 chime_loop **out);
 
-/* The readiness fd: readable while callbacks are ready to run. Watch it for
- * input, level-triggered; never read or close it yourself. -EINVAL for
- * NULL, -EBADF once closed. Thread-safety: any thread. */
+/* The readiness fd: readable while callbacks are ready to run or a timer of
+ * the binding is due. It is an epoll fd holding the binding's eventfd and
+ * timerfd, so one fd is all a loop watches (epoll, poll, libevent, libuv,
+ * libev and GLib all accept it). Watch it for input, level-triggered;
+ * never read, add to or close it yourself. -EINVAL for NULL, -EBADF once
+ * closed. Thread-safety: any thread. */
 CHIME_EXPORT int chime_loop_fd(chime_loop *loop);
 
 /* Declares the calling thread the binding's loop thread (otherwise the first

@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: MIT */
+/* A binding's own timers (src/timers.c): chime_task_touch, re-arms of a
+ * queued loop one-shot, and due work that wakes the loop by itself (the
+ * timerfd inside the readiness fd) with no worker thread at all.
+ *
+ * "When" runs on the virtual clock, except for the timerfd tests, which
+ * need real time to pass: they only assert that the fd becomes readable
+ * within T_LONG_NS (a lost wake-up never does) and that no worker thread
+ * was ever started. */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include "support.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+TestSuite(timers, .timeout = T_TIMEOUT(20));
+
+#define MS CHIME_MSEC
+
+typedef struct stamp {
+    t_clock *clk;
+    atomic_int runs;
+    _Atomic int64_t at;
+} stamp;
+
+static int
+stamp_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    stamp *s = arg;
+    atomic_store(&s->at, s->clk->now);
+    atomic_fetch_add(&s->runs, 1);
+    return 0;
+}
+
+Test(timers, touch_moves_the_expiry_to_last_activity_plus_timeout)
+{
+    t_clock clk;
+    chime_pool *p = vpool(1, &clk);
+    chime_loop *l = loop_here(p, 0);
+    stamp s = {.clk = &clk};
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule(l, stamp_fn, &s, 100 * MS, &h), 0);
+
+    t_clock_advance(&clk, p, 60 * MS);
+    cr_assert_eq(chime_task_touch(h), 0);
+    cr_assert_eq(chime_task_remaining(h), 100 * MS,
+                 "a touch restarts the whole timeout");
+    t_clock_advance(&clk, p, 40 * MS); /* the old deadline */
+    cr_assert(stays_quiet(l), "a touched timer woke the loop at its old time");
+    cr_assert_eq(chime_loop_dispatch(l), 0);
+    cr_assert_eq(atomic_load(&s.runs), 0);
+    cr_assert_eq(chime_task_remaining(h), 60 * MS);
+    cr_assert_eq(chime_task_get_state(h), CHIME_TASK_PENDING);
+
+    /* touched twice more, the last one counts */
+    t_clock_advance(&clk, p, 10 * MS);
+    cr_assert_eq(chime_task_touch(h), 0);
+    t_clock_advance(&clk, p, 10 * MS);
+    cr_assert_eq(chime_task_touch(h), 0); /* now T0 + 120 ms */
+    t_clock_advance(&clk, p, 100 * MS - 1);
+    cr_assert(stays_quiet(l));
+    cr_assert_eq(chime_loop_dispatch(l), 0);
+    t_clock_advance(&clk, p, 1);
+    cr_assert(T_WAIT_UNTIL(readable(l), T_LONG_NS));
+    cr_assert_eq(chime_loop_dispatch(l), 1);
+    cr_assert_eq(atomic_load(&s.runs), 1);
+    cr_assert_eq(atomic_load(&s.at), T_START_NS + 220 * MS);
+    cr_assert_eq(chime_task_wait(h, 0, NULL), 0);
+    cr_assert_geq(lstats(l).touch_requeues, 1);
+    cr_assert_eq(chime_task_touch(h), -EALREADY);
+    chime_task_release(h);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+static void *
+toucher(void *h)
+{
+    return (void *)(intptr_t)chime_task_touch(h);
+}
+
+Test(timers, touch_from_other_threads_keeps_an_idle_timer_alive)
+{
+    t_clock clk;
+    chime_pool *p = vpool(1, &clk);
+    chime_loop *l = loop_here(p, 0);
+    stamp s = {.clk = &clk};
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule(l, stamp_fn, &s, 50 * MS, &h), 0);
+    /* 20 steps of 40 ms, each preceded by a touch from another thread:
+     * the 50 ms timeout never passes. */
+    for (int i = 0; i < 20; i++) {
+        pthread_t th;
+        void *rc = NULL;
+        cr_assert_eq(pthread_create(&th, NULL, toucher, h), 0);
+        cr_assert_eq(pthread_join(th, &rc), 0);
+        cr_assert_eq((intptr_t)rc, 0);
+        t_clock_advance(&clk, p, 40 * MS);
+        t_dispatch_ready(l);
+        cr_assert_eq(atomic_load(&s.runs), 0, "step %d: ran while active", i);
+    }
+    t_clock_advance(&clk, p, 10 * MS);
+    cr_assert(DISPATCH_UNTIL(l, atomic_load(&s.runs) == 1, T_LONG_NS));
+    cr_assert_eq(atomic_load(&s.at), T_START_NS + 19 * 40 * MS + 50 * MS);
+    chime_task_release(h);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+Test(timers, touch_refuses_what_it_cannot_do)
+{
+    t_clock clk;
+    chime_pool *p = vpool(1, &clk);
+    chime_loop *l = loop_here(p, 0);
+    atomic_int n = 0;
+    chime_task *pool_task = NULL, *periodic = NULL;
+    cr_assert_eq(chime_task_touch(NULL), -EINVAL);
+    cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, CHIME_SEC, &pool_task),
+                 0);
+    cr_assert_eq(chime_task_touch(pool_task), -ENOTSUP);
+    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, t_count_fn, &n, MS, MS,
+                                                   &periodic),
+                 0);
+    cr_assert_eq(chime_task_touch(periodic), -EINVAL);
+    cr_assert_eq(chime_task_cancel(periodic, 0), 0);
+    cr_assert_eq(chime_task_touch(periodic), -EINVAL);
+    chime_task_release(pool_task);
+    chime_task_release(periodic);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    cr_assert_eq(atomic_load(&n), 0);
+}
+
+Test(timers, rearm_of_a_queued_loop_timer_later_then_earlier_is_exact)
+{
+    t_clock clk;
+    chime_pool *p = vpool(1, &clk);
+    chime_loop *l = loop_here(p, 0);
+    stamp s = {.clk = &clk};
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule(l, stamp_fn, &s, 30 * MS, &h), 0);
+    cr_assert_eq(chime_task_rearm(h, 80 * MS), 0); /* later: O(1) */
+    cr_assert_eq(chime_task_remaining(h), 80 * MS);
+    t_clock_advance(&clk, p, 30 * MS);
+    cr_assert(stays_quiet(l), "woke at the deadline it was re-armed from");
+    cr_assert_eq(chime_loop_dispatch(l), 0);
+    cr_assert_eq(chime_task_rearm(h, 5 * MS), 0); /* earlier: the slot moves */
+    cr_assert_eq(chime_task_remaining(h), 5 * MS);
+    t_clock_advance(&clk, p, 5 * MS);
+    cr_assert(T_WAIT_UNTIL(readable(l), T_LONG_NS));
+    cr_assert_eq(chime_loop_dispatch(l), 1);
+    cr_assert_eq(atomic_load(&s.at), T_START_NS + 35 * MS);
+    chime_task_release(h);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+/* Real time: the binding's timerfd makes its fd readable when a timer is
+ * due, with no worker thread in the pool at all. */
+Test(timers, a_due_loop_timer_wakes_the_loop_without_any_worker)
+{
+    chime_pool *p = pool_with(0);
+    chime_loop *l = loop_here(p, 0);
+    atomic_int n = 0;
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, 20 * MS, &h), 0);
+    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, 5 * MS, NULL), 0);
+    for (int k = 1; k <= 2; k++) {
+        cr_assert(fd_readable_within(chime_loop_fd(l),
+                                     (int)(T_LONG_NS / CHIME_MSEC)),
+                  "timer %d never made the fd readable", k);
+        /* a dispatch right at the timerfd's expiry runs it */
+        cr_assert(DISPATCH_UNTIL(l, atomic_load(&n) == k, T_LONG_NS));
+    }
+    cr_assert_eq(chime_task_wait(h, 0, NULL), 0);
+    chime_pool_stats st;
+    cr_assert_eq(chime_pool_get_stats(p, &st), 0);
+    cr_assert_eq(st.largest_threads, 0, "a worker was started");
+    cr_assert_eq(st.completed, 2);
+    cr_assert_geq(lstats(l).timer_arms, 1);
+    chime_task_release(h);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+/* A burst of timers on the real clock, some cancelled, some re-armed,
+ * some touched: every survivor runs exactly once, through the fd alone. */
+Test(timers, timers_on_the_real_clock_run_once_through_the_fd_alone)
+{
+    chime_pool *p = pool_with(0);
+    chime_loop *l = loop_here(p, 0);
+    enum { N = 200 };
+    static atomic_int runs[N];
+    chime_task *h[N];
+    for (int i = 0; i < N; i++) {
+        atomic_init(&runs[i], 0);
+        cr_assert_eq(chime_loop_schedule(l, t_count_fn, &runs[i],
+                                         (i % 20) * MS, &h[i]),
+                     0);
+    }
+    int expect = 0;
+    for (int i = 0; i < N; i++) {
+        if (i % 5 == 0)
+            cr_assert_eq(chime_task_cancel(h[i], 0), 0);
+        else if (i % 5 == 1)
+            cr_assert_eq(chime_task_rearm(h[i], (i % 7) * MS), 0);
+        else if (i % 5 == 2)
+            cr_assert_eq(chime_task_touch(h[i]), 0);
+        expect += i % 5 != 0;
+    }
+    int done = 0;
+    int64_t end = chime_now_ns() + T_LONG_NS;
+    while (done < expect && chime_now_ns() < end) {
+        if (fd_readable_within(chime_loop_fd(l), 100))
+            cr_assert_geq(chime_loop_dispatch(l), 0);
+        done = 0;
+        for (int i = 0; i < N; i++)
+            done += atomic_load(&runs[i]);
+    }
+    cr_assert_eq(done, expect);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(atomic_load(&runs[i]), i % 5 != 0, "task %d", i);
+        cr_assert_eq(chime_task_wait(h[i], 0, NULL), i % 5 ? 0 : -ECANCELED);
+        chime_task_release(h[i]);
+    }
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
