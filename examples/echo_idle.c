@@ -6,10 +6,12 @@
  *   the libevent binding. The pool keeps the time; when the timer is due its
  *   callback runs on the event loop's thread, so it may free the bufferevent
  *   directly, with no lock and no evthread_use_pthreads().
- * - Every read re-arms the timer (chime_task_rearm: O(log n), no
- *   allocation). A timer cancelled or re-armed on the loop thread never runs
- *   at its old time, even if it was already due (chime.h, Loop bindings), so
- *   a connection that just spoke is never closed by a stale timeout.
+ * - Every read touches the timer (chime_task_touch: one store, no lock, no
+ *   allocation): when its deadline comes it sees the activity and waits on
+ *   until last activity + idle instead of running, even if it was already
+ *   due and waiting in the ready queue (chime.h), so a connection that just
+ *   spoke is never closed by a stale timeout. chime_task_rearm() would do
+ *   the same with an exact deadline, under the binding's lock.
  * - A fixed-rate loop task prints a stats line every second.
  *
  * Threads: who touches what
@@ -125,9 +127,9 @@ on_read(struct bufferevent *bev, void *arg)
     /* Push the timeout back. We are on the loop thread and the timer has
      * not run (it would have freed c), so even a timer already sitting in
      * the ready queue will now wait the full idle period again. */
-    int rc = chime_task_rearm(c->idle, srv->idle_ns);
+    int rc = chime_task_touch(c->idle);
     if (rc != 0) {
-        fprintf(stderr, "echo_idle: rearm: %s\n", chime_strerror(rc));
+        fprintf(stderr, "echo_idle: touch: %s\n", chime_strerror(rc));
         srv->failures++;
     }
     bufferevent_write_buffer(bev, bufferevent_get_input(bev));

@@ -5,10 +5,11 @@
  * What it shows
  * - Server (the loop thread): a libevent echo server on 127.0.0.1 with an
  *   ephemeral port. Every connection has an idle timer that is a chime loop
- *   task (chime_loop_schedule on the libevent binding), re-armed on every
- *   read (chime_task_rearm); when it fires, its callback runs on the loop
- *   thread and closes the connection there. Lateness = fire time - (last
- *   activity + idle timeout) is recorded for every timeout.
+ *   task (chime_loop_schedule on the libevent binding), touched on every
+ *   read (chime_task_touch: one store, no lock; the timer moves itself on
+ *   when its old deadline comes); when it fires, its callback runs on the
+ *   loop thread and closes the connection there. Lateness = fire time -
+ *   (last activity + idle timeout) is recorded for every timeout.
  * - Maintenance (a worker): every 250 ms a fixed-rate pool task scans an
  *   immutable snapshot of the session table that the loop published, and
  *   posts the expired session ids back (chime_loop_post); the loop re-checks
@@ -293,9 +294,10 @@ on_read(struct bufferevent *bev, void *arg)
     struct server *srv = c->srv;
     c->last_active = chime_now_ns();
     srv->sess[c->sess].last_seen = c->last_active;
-    /* On the loop thread, before the timer ran: even if it is already due
-     * it now waits a full idle period again. */
-    if (chime_task_rearm(c->idle, srv->idle_ns) != 0)
+    /* One store: the timer, when its deadline comes, sees this activity
+     * and waits the rest of a full idle period again (even if it is
+     * already due and waiting in the ready queue). */
+    if (chime_task_touch(c->idle) != 0)
         srv->failures++;
     srv->echoes++;
     bufferevent_write_buffer(bev, bufferevent_get_input(bev));
@@ -824,7 +826,7 @@ main(int argc, char **argv)
            " active, %" PRIu64 " idle)\n",
            srv.served, ld.active_conns, ld.idle_conns);
     printf("  echo round trips        %" PRIu64
-           " (each one re-armed its connection's idle timer)\n",
+           " (each one touched its connection's idle timer)\n",
            srv.echoes);
     printf("  idle timeouts fired     %" PRIu64 "; lateness p50 %.0f us, "
            "p99 %.0f us, max %.0f us\n",

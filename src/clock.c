@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "common.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -69,3 +70,4 @@ chime__cond_init(pthread_cond_t *cv)
     pthread_condattr_destroy(&a);
     return rc;
 }
+

@@ -59,6 +59,31 @@ chime__pool_unref(struct chime_pool *p)
 }
 
 void
+chime__task_init(struct chime_task *t, struct chime_pool *pool,
+                 chime_task_fn fn, void *arg, int kind, int64_t period,
+                 int with_handle)
+{
+    t->fn = fn;
+    t->arg = arg;
+    t->pool = pool;
+    t->period = period;
+    t->run_deadline = 0; /* also clears result */
+    t->heap_index = CHIME_HEAP_NONE;
+    uint32_t refs = CHIME_REF_POOL | ((uint32_t)kind << CHIME_REF_KIND_SHIFT);
+    if (with_handle)
+        refs |= CHIME_REF_POOLREF | 1u;
+    CHIME_HB_ATOMIC(&t->refs);
+    CHIME_HB_ATOMIC(&t->state);
+    atomic_init(&t->refs, refs);
+    atomic_init(&t->state, CHIME_TASK_PENDING);
+    t->flags = 0;
+    t->loop_id = 0;
+    if (with_handle == 1)
+        chime__pool_ref(pool); /* 2: the caller provides it (a binding's
+                                  credit, timers.c) */
+}
+
+void
 chime__complete_locked(struct chime_pool *p, struct chime_task *t, int state,
                        int err)
 {
@@ -117,9 +142,49 @@ chime__free_garbage(struct chime_task *list)
     }
 }
 
+#define LOOP_CACHE_MAX 1024u /* nodes a binding keeps */
+#define LOOP_CREDIT_MAX 1024u /* pool references a binding keeps */
+
+void
+chime__loop_node_put_locked(struct chime_loop *l, struct chime_task *t)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    CHIME_ASSERT(!l->closed);
+    struct chime_pool *p = l->pool;
+    bool poolref = atomic_load_explicit(&t->refs, memory_order_relaxed) &
+                   CHIME_REF_POOLREF;
+    if (poolref) {
+        if (l->ref_credit < LOOP_CREDIT_MAX)
+            l->ref_credit++;
+        else
+            chime__pool_unref(p); /* never the last: the binding is open */
+    }
+    if (l->ncache < LOOP_CACHE_MAX) {
+        *chime__node_link(t) = l->cache;
+        l->cache = t;
+        l->ncache++;
+        chime__node_freed(t);
+    } else {
+        chime__slab_free(&p->slab, t);
+    }
+}
+
 void
 chime__task_free(struct chime_task *t)
 {
+    struct chime_loop *l = chime__task_loop(t);
+    if (l != NULL) {
+        /* Back to its binding while it is open: no shared cache line (the
+         * slab's free stack, the pool's reference count) on the loop
+         * side. The binding's record outlives its tasks. */
+        CHIME_LOCK_LOOP(&l->mu);
+        bool open = !l->closed;
+        if (open)
+            chime__loop_node_put_locked(l, t);
+        pthread_mutex_unlock(&l->mu);
+        if (open)
+            return;
+    }
     struct chime_pool *p = t->pool;
     bool had_ref = atomic_load_explicit(&t->refs, memory_order_relaxed) &
                    CHIME_REF_POOLREF;

@@ -170,7 +170,19 @@ chime_loop_close(chime_loop *l)
     chime__loop_cancel_list_locked(l, removed, &garbage);
     chime__cancel_ready_locked(p, l, false, &garbage);
     chime__ready_close_locked(l);
+    /* What the binding kept for new tasks goes back to the pool. */
+    size_t credit = l->ref_credit;
+    l->ref_credit = 0;
+    while (l->cache) {
+        struct chime_task *t = l->cache;
+        l->cache = *chime__node_link(t);
+        chime__node_reused(t);
+        chime__slab_free(&p->slab, t);
+    }
+    l->ncache = 0;
     pthread_mutex_unlock(&l->mu);
+    /* Never the last reference: the pool's owner holds one until destroy. */
+    atomic_fetch_sub_explicit(&p->refs, credit, memory_order_relaxed);
     chime__try_terminate_locked(p);
     pthread_mutex_unlock(&p->mu);
 
@@ -382,8 +394,8 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
     struct chime_task *garbage = NULL;
     int rc = l->closed ? -ESHUTDOWN : (t ? 0 : -ENOMEM);
     if (rc == 0) {
-        chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, 0, out != NULL);
-        t->loop_id = l->id;
+        chime__loop_init_locked(l, t, fn, arg, CHIME_KIND_ONESHOT, 0,
+                                out != NULL);
         /* Timers due before this post run before it: into the ring first
          * (a clock read, only for a binding that has timers). */
         if (l->timers.len != 0)
@@ -392,12 +404,9 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
         if (rc == 0) {
             l->tasks++;
         } else {
-            atomic_store_explicit(&t->refs, 0, memory_order_relaxed);
-            chime__loop_free_locked(l, t);
+            chime__loop_uninit_locked(l, t);
+            t = NULL;
         }
-    } else if (t != NULL) {
-        chime__loop_free_locked(l, t);
-        t = NULL;
     }
     pthread_mutex_unlock(&l->mu);
     chime__free_garbage(garbage);
@@ -408,11 +417,8 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
         chime__try_terminate_locked(p);
         pthread_mutex_unlock(&p->mu);
     }
-    if (rc != 0) {
-        if (t != NULL && out != NULL)
-            chime__pool_unref(p); /* taken by task_init for the handle */
+    if (rc != 0)
         return rc;
-    }
     if (out)
         *out = t;
     return 0;

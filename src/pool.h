@@ -209,6 +209,13 @@ bool chime__inside(const struct chime_pool *p, unsigned kinds);
 #define CHIME_FORKED(p) chime__forked((p)->fork_gen)
 
 /* ---- complete.c: completion, references, termination ------------------- */
+/* Initialises a fresh task (state PENDING, the pool bit set); with_handle:
+ * 0 none, 1 a handle and a pool reference taken here, 2 a handle whose
+ * pool reference the caller provides. */
+void chime__task_init(struct chime_task *t, struct chime_pool *pool,
+                      chime_task_fn fn, void *arg, int kind, int64_t period,
+                      int with_handle);
+
 /* Completes t with a final state (lock held) and does its bookkeeping. */
 void chime__complete_locked(struct chime_pool *p, struct chime_task *t,
                             int state, int err);
@@ -223,6 +230,10 @@ void chime__drop_locked(struct chime_task *t, struct chime_task **garbage);
  * heap filter or a ready-queue take removed. */
 void chime__cancel_list_locked(struct chime_pool *p, struct chime_task *list,
                                struct chime_task **garbage);
+/* A loop task's node that nobody holds any more, back to its open
+ * binding (l->mu held): into the node cache, its pool reference (if any)
+ * kept as the binding's credit. */
+void chime__loop_node_put_locked(struct chime_loop *l, struct chime_task *t);
 /* Frees the tasks on list (through task->next). No lock held. */
 void chime__free_garbage(struct chime_task *list);
 /* Drops the pool's reference; frees the task if nothing else holds it. Must
@@ -245,6 +256,13 @@ void chime__pool_unref(struct chime_pool *p);
  * which drops and re-takes l->mu: re-check what was read under it), or
  * NULL (out of memory). */
 struct chime_task *chime__loop_alloc_locked(struct chime_loop *l);
+/* Initialises a node from chime__loop_alloc_locked as a task of l; a
+ * handle's pool reference comes from the binding's credit. */
+void chime__loop_init_locked(struct chime_loop *l, struct chime_task *t,
+                             chime_task_fn fn, void *arg, int kind,
+                             int64_t period, bool with_handle);
+/* Undoes chime__loop_init_locked for a task that was not accepted. */
+void chime__loop_uninit_locked(struct chime_loop *l, struct chime_task *t);
 /* Returns a node nobody holds to the binding's cache (or the slab). */
 void chime__loop_free_locked(struct chime_loop *l, struct chime_task *t);
 /* Pushes a new loop task (accepted: counted in l->tasks). 0 or -ENOMEM. */
@@ -316,12 +334,6 @@ int chime__spawn(struct chime_pool *p);
 void chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
                           void *result, bool from_worker,
                           struct chime_task **garbage);
-
-/* ---- task.c: handles ---------------------------------------------------- */
-/* Initialises a fresh task (state PENDING, the pool bit set). */
-void chime__task_init(struct chime_task *t, struct chime_pool *pool,
-                      chime_task_fn fn, void *arg, int kind, int64_t period,
-                      int with_handle);
 
 /* ---- submit.c: submission and rejection -------------------------------- */
 /* Submission shared by pool and loop entry points. */

@@ -49,6 +49,9 @@ struct chime_loop {
     struct chime_task *cache; /* mu: free task nodes for posts and
                                  timers */
     unsigned ncache;          /* mu */
+    size_t ref_credit;        /* mu: references on the pool's memory held
+                                 for the handles of new tasks (taken from
+                                 pool->refs in bulk, returned at close) */
 
     /* The binding's own timers (timers.c): its loop tasks that are not
      * due yet, never in the pool's heap. All under mu. */

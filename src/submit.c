@@ -224,8 +224,7 @@ loop_submit_fast(struct chime_pool *p, struct chime_loop *l, chime_task_fn fn,
          * walks this binding after it (docs/model/terminate.pml). */
         rc = 1;
     } else {
-        chime__task_init(t, p, fn, arg, kind, period, out != NULL);
-        t->loop_id = l->id;
+        chime__loop_init_locked(l, t, fn, arg, kind, period, out != NULL);
         int64_t now = chime__pool_now(p);
         rc = chime__timers_submit_locked(l, t, chime__deadline_after(now, delay),
                                          now);
@@ -235,10 +234,8 @@ loop_submit_fast(struct chime_pool *p, struct chime_loop *l, chime_task_fn fn,
                 *out = t;
             return 0;
         }
-        /* Back to the cache as a bare node. */
-        atomic_store_explicit(&t->refs, 0, memory_order_relaxed);
-        if (out)
-            chime__pool_unref(p); /* taken by task_init for the handle */
+        chime__loop_uninit_locked(l, t);
+        t = NULL;
     }
     if (t != NULL)
         chime__loop_free_locked(l, t);

@@ -30,30 +30,6 @@
 
 #include <errno.h>
 
-void
-chime__task_init(struct chime_task *t, struct chime_pool *pool,
-                 chime_task_fn fn, void *arg, int kind, int64_t period,
-                 int with_handle)
-{
-    t->fn = fn;
-    t->arg = arg;
-    t->pool = pool;
-    t->period = period;
-    t->run_deadline = 0; /* also clears result */
-    t->heap_index = CHIME_HEAP_NONE;
-    uint32_t refs = CHIME_REF_POOL | ((uint32_t)kind << CHIME_REF_KIND_SHIFT);
-    if (with_handle)
-        refs |= CHIME_REF_POOLREF | 1u;
-    CHIME_HB_ATOMIC(&t->refs);
-    CHIME_HB_ATOMIC(&t->state);
-    atomic_init(&t->refs, refs);
-    atomic_init(&t->state, CHIME_TASK_PENDING);
-    t->flags = 0;
-    t->loop_id = 0;
-    if (with_handle)
-        chime__pool_ref(pool);
-}
-
 chime_task *
 chime_task_retain(chime_task *t)
 {

@@ -41,8 +41,7 @@
 
 #include <errno.h>
 
-#define CACHE_REFILL 64u /* nodes taken from the pool's slab at once */
-#define CACHE_MAX 1024u  /* nodes a binding keeps */
+#define CACHE_REFILL 64u /* nodes (and pool references) taken at once */
 
 static inline chime_theap_slot *
 slot_of(struct chime_loop *l, const struct chime_task *t)
@@ -113,16 +112,48 @@ void
 chime__loop_free_locked(struct chime_loop *l, struct chime_task *t)
 {
     CHIME_ASSERT_HELD(&l->mu);
-    bool poolref = atomic_load_explicit(&t->refs, memory_order_relaxed) &
-                   CHIME_REF_POOLREF;
-    if (poolref || l->ncache >= CACHE_MAX || l->closed) {
-        chime__task_free(t);
+    if (!l->closed) {
+        chime__loop_node_put_locked(l, t);
         return;
     }
-    *chime__node_link(t) = l->cache;
-    l->cache = t;
-    l->ncache++;
-    chime__node_freed(t);
+    /* A closed binding keeps nothing: the slab, and the pool's reference
+     * straight back (never the last one: a binding is closed before the
+     * pool is destroyed, and the owner's reference stays until then). */
+    bool poolref = atomic_load_explicit(&t->refs, memory_order_relaxed) &
+                   CHIME_REF_POOLREF;
+    chime__slab_free(&l->pool->slab, t);
+    if (poolref)
+        chime__pool_unref(l->pool);
+}
+
+void
+chime__loop_init_locked(struct chime_loop *l, struct chime_task *t,
+                        chime_task_fn fn, void *arg, int kind, int64_t period,
+                        bool with_handle)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    if (with_handle && l->ref_credit == 0) {
+        atomic_fetch_add_explicit(&l->pool->refs, CACHE_REFILL,
+                                  memory_order_relaxed);
+        l->ref_credit = CACHE_REFILL;
+    }
+    chime__task_init(t, l->pool, fn, arg, kind, period, with_handle ? 2 : 0);
+    if (with_handle)
+        l->ref_credit--;
+    t->loop_id = l->id;
+}
+
+void
+chime__loop_uninit_locked(struct chime_loop *l, struct chime_task *t)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    /* Only the reference on the pool's memory is left to give back. */
+    atomic_store_explicit(&t->refs,
+                          atomic_load_explicit(&t->refs,
+                                               memory_order_relaxed) &
+                              CHIME_REF_POOLREF,
+                          memory_order_relaxed);
+    chime__loop_free_locked(l, t);
 }
 
 void

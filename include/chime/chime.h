@@ -469,8 +469,8 @@ CHIME_EXPORT int chime_task_rearm(chime_task *task, int64_t delay_ns);
  * IdleStateHandler, libev's lazy timer). Touch costs a clock read and a
  * store; use it for the per-request reset of an idle timeout. Use
  * chime_task_rearm() to change the timeout or to move a deadline earlier
- * (it takes the binding's lock). A touch that races with the expiry
- * itself may come too late for it, as with any timer.
+ * (it takes the binding's lock). A touch that races with the expiry itself
+ * may come too late for it, as with any timer.
  * Returns: 0, -EALREADY (completed), -EINVAL (NULL or a periodic task),
  * -ENOTSUP (a pool task: touch is for loop tasks), -ECHILD (after fork).
  * Thread-safety: any thread. */
