@@ -4,9 +4,14 @@
 # its peers, interleaved (A B C A B C ...), in one run.
 #
 # Usage: bash bench/run.sh [options]
-#   --runs N        runs per system and workload (default 3)
+#   --runs N        runs per system and workload (default 10: fewer cannot
+#                   separate the two regimes these VMs switch between; see
+#                   ../shared/bench/WORKLOADS.md, method v2)
 #   --quick         tiny sizes, results in bench/results/quick/, no plots in
 #                   docs/ (the CI smoke test: bench/smoke.sh)
+#   --out DIR       results and plots in DIR instead of bench/results/ and
+#                   docs/ (a trial run that must not replace the published
+#                   figures)
 #   --only LIST     comma-separated workloads to run (w1,w2,w3,w4,w5,scaling)
 #   --no-install    do not try to install missing Debian packages
 #   --wait-quiet[=S] before each measurement, wait (up to S seconds,
@@ -36,8 +41,9 @@ ROOT=$(dirname "$HERE")
 BUILD=${CHIME_BENCH_BUILD:-$HERE/build}
 NETTY_JAR=/usr/share/java/netty-common.jar
 
-runs=3
+runs=10
 quick=0
+out_dir=
 only="w1,w2,w3,w4,w5,scaling"
 install=1
 wait_quiet=0
@@ -46,6 +52,8 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --runs=*) runs=${1#--runs=}; shift ;;
     --quick) quick=1; shift ;;
+    --out) out_dir=$2; shift 2 ;;
+    --out=*) out_dir=${1#--out=}; shift ;;
     --only) only=$2; shift 2 ;;
     --only=*) only=${1#--only=}; shift ;;
     --no-install) install=0; shift ;;
@@ -57,7 +65,11 @@ while [ $# -gt 0 ]; do
 done
 case "$runs" in ''|*[!0-9]*|0) echo "run.sh: --runs needs N >= 1" >&2; exit 1 ;; esac
 
-if [ "$quick" = 1 ]; then
+if [ -n "$out_dir" ]; then
+    mkdir -p "$out_dir"
+    OUT=$(cd "$out_dir" && pwd)
+    PLOTS=$OUT
+elif [ "$quick" = 1 ]; then
     OUT=$HERE/results/quick
     PLOTS=$OUT
 else
@@ -160,11 +172,14 @@ else
 fi
 
 # ---- 3. runs ----------------------------------------------------------------
-# Percentage of all CPUs busy (not idle, not iowait) over half a second.
+# Percentage of all CPUs busy (not idle, not iowait) over half a second
+# (a tenth of a second in --quick, which measures nothing worth reading).
+BUSY_SAMPLE=0.5
+[ "$quick" = 1 ] && BUSY_SAMPLE=0.1
 cpu_busy() {
     local a b
     a=$(head -1 /proc/stat)
-    sleep 0.5
+    sleep "$BUSY_SAMPLE"
     b=$(head -1 /proc/stat)
     awk -v a="$a" -v b="$b" 'BEGIN {
         n = split(a, x, " "); split(b, y, " ")
@@ -174,7 +189,11 @@ cpu_busy() {
 
 # run_one WORKLOAD SIZE SYSTEM RUN -- command...
 # Runs one measurement, appends its RESULT lines to the CSV, and stops the
-# whole harness if the program fails (a broken invariant exits 2).
+# whole harness if the program fails (a broken invariant exits 2). The
+# system column of a figure is the name the program printed in its RESULT
+# line (a program may report under a name other than SYSTEM: the W7
+# lock-count build reports its counts under the system it counted); the
+# load seen before the run is recorded under SYSTEM.
 echo "workload,size,system,run,metric,value" >"$CSV"
 run_one() {
     local w=$1 size=$2 sys=$3 run=$4
@@ -204,8 +223,8 @@ run_one() {
         cat "$log.err" >&2
         exit 1
     fi
-    awk -v w="$w" -v size="$size" -v run="$run" -v sys="$sys" \
-        '$1 == "RESULT" { printf "%s,%s,%s,%s,%s,%s\n", w, size, sys, run, $4, $5 }' \
+    awk -v w="$w" -v size="$size" -v run="$run" \
+        '$1 == "RESULT" { printf "%s,%s,%s,%s,%s,%s\n", w, size, $3, run, $4, $5 }' \
         "$log.out" >>"$CSV"
     echo "$w,$size,$sys,$run,loadavg1,$load" >>"$CSV"
     echo "$w,$size,$sys,$run,busy_before_pct,$busy" >>"$CSV"
