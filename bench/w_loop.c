@@ -1,0 +1,933 @@
+/* SPDX-License-Identifier: MIT */
+/* Loop-owned timers: W6 (loop timers under CPU load) and W7 (multi-reactor
+ * scaling) of ../shared/bench/WORKLOADS.md, for chime's loop tasks and for
+ * libevent's own timers, driven by the same code on the same kind of
+ * event_base (default flags; W6's precise=1 sets the precise-timer flag).
+ *
+ * Usage: w_loop w6 mode=[chime-]rearm|[chime-]touch|libevent [key=value ...]
+ *          C=10000 run_ms=10000 warm_ms=2000 timeout_ms=1000
+ *          act_min_ms=100 act_max_ms=300 idle_pct=20 ref_ms=5 burners=2
+ *          precise=0|1 (1: the base is made with
+ *          EVENT_BASE_FLAG_PRECISE_TIMER; the system name gets "-precise")
+ *        w_loop w7 mode=[chime-]rearm|[chime-]touch|[chime-]cancel|
+ *                       libevent-readd|libevent-deladd|libevent-common
+ *          K=1 L=10000 R=2000000 warm=R/10
+ *        w_loop features    prints what this build can run ("touch" when
+ *                           chime.h has chime_task_touch, "lockstats" in
+ *                           the lock-count build)
+ * chime pools have 2 workers (threads=N to change).
+ *
+ * Design notes
+ * - W6. One thread runs an event_base that owns C connection timers of
+ *   timeout_ms. 80 % of the connections are active: a driver (a libevent
+ *   EV_PERSIST timer every 1 ms, the same in every mode) re-arms their
+ *   timer every act_min..act_max ms, so they should never expire; the
+ *   other 20 % are idle: their timer expires and the expiry callback
+ *   re-creates it. Connections open over the first second (the driver
+ *   opens them on a schedule), so expiries are spread. A periodic
+ *   reference timer runs every ref_ms (chime: a fixed-rate loop task;
+ *   libevent: a one-shot re-added in its callback for first + k * period,
+ *   the same schedule). `burners` threads spin for the whole run.
+ *   Modes: rearm (chime_loop_schedule, chime_task_rearm from the loop
+ *   thread), touch (chime_task_touch instead of re-arm: the timer re-checks
+ *   itself when it fires) and libevent (evtimer_add on the connection's
+ *   preallocated event, for re-arm and re-creation alike).
+ * - Lateness = time the callback started - when the timer was due, where
+ *   "due" is our CLOCK_MONOTONIC reading just before the arming call plus
+ *   the timeout (for touch: the last touch + the timeout). chime reads its
+ *   clock after ours, so its real deadline is at or after our "due": the
+ *   error is against chime. libevent computes deadlines from the time it
+ *   cached at the top of the loop iteration (CLOCK_MONOTONIC_COARSE), which
+ *   is earlier than ours: its timers can fire before our "due" (negative
+ *   lateness, counted in early_pct), an error in libevent's favour. That
+ *   clock ticks every few ms and epoll waits in whole ms, so a default
+ *   base quantises its timers to milliseconds; precise=1 makes the base
+ *   with EVENT_BASE_FLAG_PRECISE_TIMER (CLOCK_MONOTONIC and a timerfd), the
+ *   fairer peer for a lateness figure.
+ * - No sample is lost at the end: every timer due before the end of the
+ *   window is "owed", and the run ends only once none is owed (and the
+ *   reference timer's next run is past the window). The burners spin until
+ *   then.
+ * - W7. K threads, each with its own event_base (and, for chime, its own
+ *   binding on one shared pool), each owning L timers of 60 s; each does R
+ *   operations on a uniformly random timer of its own (fixed seed per
+ *   thread), from inside a callback its base runs (an event_base_once
+ *   timeout), after chime_loop_set_thread() made it the binding's loop
+ *   thread. The threads start together at a barrier; the figure is K * R
+ *   over the time until the last one is done.
+ * - Lock counting (W7): the lock-count build (w_loop_locks, chime compiled
+ *   with -DCHIME_LOCK_STATS) reads chime__lock_stats() on each loop thread
+ *   around its R operations: acquisitions of pool mutexes and of binding
+ *   mutexes by that thread, per operation. It prints only those counts
+ *   (its throughput would carry the counting's cost).
+ */
+#include "common.h"
+
+#include <chime/chime.h>
+#include <chime/event.h>
+#include <event2/event.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#ifdef BENCH_LOCK_STATS
+/* Exported by the library when built with -DCHIME_LOCK_STATS: the calling
+ * thread's acquisitions of pool and binding mutexes since it started. */
+extern void chime__lock_stats(uint64_t *pool_locks, uint64_t *loop_locks);
+#endif
+
+static int g_threads = 2;
+
+static chime_pool *
+new_pool(const char *w, const char *sys)
+{
+    chime_pool_options o;
+    chime_pool_options_init(&o);
+    o.threads = (unsigned)g_threads;
+    chime_pool *p = NULL;
+    int rc = chime_pool_new(&o, &p);
+    BENCH_CHECK(rc == 0, w, sys, "chime_pool_new: %s", chime_strerror(rc));
+    rc = chime_pool_prestart_all(p);
+    BENCH_CHECK(rc >= 0, w, sys, "prestart: %s", chime_strerror(rc));
+    return p;
+}
+
+static struct timeval
+tv_of(int64_t ns)
+{
+    struct timeval tv = {(time_t)(ns / 1000000000),
+                         (suseconds_t)(ns % 1000000000 / 1000)};
+    return tv;
+}
+
+/* ==== W6: loop timers under CPU load ====================================== */
+
+enum { W6_REARM, W6_TOUCH, W6_LIBEVENT };
+
+#define NO_DUE INT64_MIN
+
+struct conn {
+    chime_task *task; /* chime: the current timer's handle */
+    struct event *ev; /* libevent: the connection's timer */
+    int64_t due;      /* when the current timer is due (our clock) */
+    bool active;      /* re-armed by activity; else left to expire */
+    bool open;
+};
+
+/* The driver's calendar: when each connection next opens or sees
+ * activity (a binary min-heap; one entry per connection at most). */
+struct cal_ent {
+    int64_t t;
+    long i;
+};
+
+struct samples {
+    int64_t *v;
+    size_t n, cap;
+};
+
+static struct {
+    const char *sys;
+    char sysbuf[32];
+    int mode;
+    long c;
+    int64_t timeout, act_min, act_span, ref_period;
+    int64_t t0, open_span, mstart, mend;
+    struct timeval timeout_tv;
+
+    chime_pool *pool;
+    struct event_base *base;
+    chime_event *ce;
+    chime_loop *loop;
+    pthread_t loop_tid;
+    struct event *driver;
+
+    struct conn *conns;
+    struct cal_ent *cal;
+    size_t ncal;
+    bench_rng rng;
+
+    chime_task *ref_task;
+    struct event *ref_ev;
+    int64_t ref_first;
+    long ref_k; /* runs of the reference timer so far */
+
+    struct samples exp, ref;
+    long owed;         /* timers due before mend that have not fired */
+    uint64_t ops;      /* arms, re-arms/touches, expiries, reference runs */
+    uint64_t expiries; /* connection timers that fired */
+    uint64_t act_exp;  /* ... of them on active connections */
+    uint64_t early;    /* samples with negative lateness */
+    int64_t min_late;  /* most negative lateness seen (ns) */
+    atomic_bool stop_burn;
+} g6;
+
+static void
+samples_add(struct samples *s, int64_t v)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 4096;
+        s->v = realloc(s->v, s->cap * sizeof(*s->v));
+        BENCH_CHECK(s->v != NULL, "w6", g6.sys, "out of memory");
+    }
+    s->v[s->n++] = v;
+}
+
+static void
+cal_push(int64_t t, long i)
+{
+    size_t k = g6.ncal++;
+    while (k > 0) {
+        size_t up = (k - 1) / 2;
+        if (g6.cal[up].t <= t)
+            break;
+        g6.cal[k] = g6.cal[up];
+        k = up;
+    }
+    g6.cal[k] = (struct cal_ent){t, i};
+}
+
+static struct cal_ent
+cal_pop(void)
+{
+    struct cal_ent top = g6.cal[0], last = g6.cal[--g6.ncal];
+    size_t k = 0;
+    for (;;) {
+        size_t c = 2 * k + 1;
+        if (c >= g6.ncal)
+            break;
+        if (c + 1 < g6.ncal && g6.cal[c + 1].t < g6.cal[c].t)
+            c++;
+        if (last.t <= g6.cal[c].t)
+            break;
+        g6.cal[k] = g6.cal[c];
+        k = c;
+    }
+    if (g6.ncal > 0)
+        g6.cal[k] = last;
+    return top;
+}
+
+/* Moves a connection's due time, keeping the count of owed timers. */
+static void
+set_due(struct conn *cn, int64_t due)
+{
+    if (cn->due != NO_DUE && cn->due < g6.mend)
+        g6.owed--;
+    if (due != NO_DUE && due < g6.mend)
+        g6.owed++;
+    cn->due = due;
+}
+
+static void
+on_loop_thread(void)
+{
+    BENCH_CHECK(pthread_equal(pthread_self(), g6.loop_tid), "w6", g6.sys,
+                "a callback ran off the loop thread");
+}
+
+static int w6_expire_chime(chime_task *self, void *arg, void **result);
+static void w6_expire_le(evutil_socket_t fd, short what, void *arg);
+
+/* (Re)starts a connection's timer: a new one (fresh: the connection opened
+ * or its timer expired) or activity on a pending one. */
+static void
+w6_arm(struct conn *cn, bool fresh)
+{
+    int64_t now = bench_now_ns();
+    int rc = 0;
+    switch (g6.mode) {
+    case W6_REARM:
+    case W6_TOUCH:
+        if (fresh)
+            rc = chime_loop_schedule(g6.loop, w6_expire_chime, cn, g6.timeout,
+                                     &cn->task);
+        else if (g6.mode == W6_REARM)
+            rc = chime_task_rearm(cn->task, g6.timeout);
+        else
+#ifdef CHIME_HAVE_TASK_TOUCH
+            rc = chime_task_touch(cn->task);
+#else
+            rc = -ENOSYS;
+#endif
+        break;
+    case W6_LIBEVENT:
+        rc = evtimer_add(cn->ev, &g6.timeout_tv) == 0 ? 0 : -EIO;
+        break;
+    }
+    BENCH_CHECK(rc == 0, "w6", g6.sys, "%s: %s", fresh ? "arm" : "re-arm",
+                chime_strerror(rc));
+    set_due(cn, now + g6.timeout);
+    g6.ops++;
+}
+
+static void
+w6_expired(struct conn *cn)
+{
+    int64_t now = bench_now_ns();
+    on_loop_thread();
+    BENCH_CHECK(cn->open && cn->due != NO_DUE, "w6", g6.sys,
+                "a timer fired that was not armed");
+    int64_t late = now - cn->due;
+    /* chime's deadline is at or after our "due" (see the design notes); a
+     * callback well before it ran at an old deadline after a re-arm, or
+     * before its time. 1 ms of tolerance for a deadline computed from a
+     * clock read a little earlier than ours. */
+    if (g6.mode != W6_LIBEVENT)
+        BENCH_CHECK(late >= -CHIME_MSEC, "w6", g6.sys,
+                    "a timer fired %.3f ms before it was due", -late / 1e6);
+    if (cn->due >= g6.mstart && cn->due < g6.mend) {
+        samples_add(&g6.exp, late);
+        if (late < 0)
+            g6.early++;
+    }
+    if (late < g6.min_late)
+        g6.min_late = late;
+    g6.expiries++;
+    g6.ops++;
+    if (cn->active)
+        g6.act_exp++;
+    set_due(cn, NO_DUE);
+    /* The connection is re-created: a new timer. */
+    if (g6.mode != W6_LIBEVENT) {
+        BENCH_CHECK(chime_task_release(cn->task) == 0, "w6", g6.sys, "release");
+        cn->task = NULL;
+    }
+    w6_arm(cn, true);
+}
+
+static int
+w6_expire_chime(chime_task *self, void *arg, void **result)
+{
+    (void)result;
+    struct conn *cn = arg;
+    BENCH_CHECK(self == cn->task, "w6", g6.sys,
+                "a replaced timer of a connection fired");
+    w6_expired(cn);
+    return 0;
+}
+
+static void
+w6_expire_le(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    w6_expired(arg);
+}
+
+/* The reference timer's run k was due at ref_first + k * ref_period. */
+static void
+w6_ref_run(void)
+{
+    int64_t now = bench_now_ns();
+    on_loop_thread();
+    int64_t due = g6.ref_first + g6.ref_k * g6.ref_period;
+    if (due >= g6.mstart && due < g6.mend)
+        samples_add(&g6.ref, now - due);
+    g6.ref_k++;
+    g6.ops++;
+}
+
+static int
+w6_ref_chime(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)arg;
+    (void)result;
+    w6_ref_run();
+    return 0;
+}
+
+static void
+w6_ref_le(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    w6_ref_run();
+    int64_t next = g6.ref_first + g6.ref_k * g6.ref_period;
+    int64_t d = next - bench_now_ns();
+    struct timeval tv = tv_of(d > 0 ? d : 0);
+    BENCH_CHECK(evtimer_add(g6.ref_ev, &tv) == 0, "w6", g6.sys, "ref add");
+}
+
+/* Every 1 ms: opens the connections whose time has come and applies the
+ * activity due by now; ends the run once nothing due in the window is
+ * owed. */
+static void
+w6_driver(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    int64_t now = bench_now_ns();
+    while (g6.ncal > 0 && g6.cal[0].t <= now) {
+        struct cal_ent e = cal_pop();
+        struct conn *cn = &g6.conns[e.i];
+        bool fresh = !cn->open;
+        cn->open = true;
+        w6_arm(cn, fresh);
+        if (cn->active)
+            cal_push(bench_now_ns() + g6.act_min +
+                         (int64_t)bench_rng_below(&g6.rng,
+                                                  (uint64_t)g6.act_span + 1),
+                     e.i);
+    }
+    int64_t ref_next = g6.ref_first + g6.ref_k * g6.ref_period;
+    if (now >= g6.mend && g6.owed == 0 && ref_next >= g6.mend) {
+        event_base_loopbreak(g6.base);
+        return;
+    }
+    BENCH_CHECK(now < g6.mend + 60 * CHIME_SEC, "w6", g6.sys,
+                "%ld timers due in the window still pending 60 s after it",
+                g6.owed);
+}
+
+static void *
+w6_burn(void *arg)
+{
+    uint64_t x = 1;
+    while (!atomic_load_explicit(&g6.stop_burn, memory_order_relaxed))
+        x = x * UINT64_C(6364136223846793005) + 1;
+    *(int64_t *)arg = bench_thread_cpu_ns();
+    return (void *)(uintptr_t)(x & 1);
+}
+
+/* The loop thread: sets up, runs the base until the driver ends the run,
+ * checks what it owns and tears it down. */
+static void *
+w6_loop_main(void *arg)
+{
+    (void)arg;
+    const char *sys = g6.sys;
+    int rc;
+    if (g6.mode != W6_LIBEVENT) {
+        rc = chime_loop_set_thread(g6.loop);
+        BENCH_CHECK(rc == 0, "w6", sys, "set_thread: %s", chime_strerror(rc));
+    }
+    g6.driver = event_new(g6.base, -1, EV_PERSIST, w6_driver, NULL);
+    struct timeval ms = {0, 1000};
+    BENCH_CHECK(g6.driver && event_add(g6.driver, &ms) == 0, "w6", sys,
+                "driver");
+
+    /* Open C connections over open_span, from now. */
+    g6.t0 = bench_now_ns();
+    g6.mstart += g6.t0;
+    g6.mend += g6.t0;
+    for (long i = 0; i < g6.c; i++) {
+        struct conn *cn = &g6.conns[i];
+        cn->due = NO_DUE;
+        if (g6.mode == W6_LIBEVENT) {
+            cn->ev = evtimer_new(g6.base, w6_expire_le, cn);
+            BENCH_CHECK(cn->ev != NULL, "w6", sys, "evtimer_new");
+        }
+        cal_push(g6.t0 + g6.open_span * i / g6.c, i);
+    }
+    g6.ref_first = bench_now_ns() + g6.ref_period;
+    if (g6.mode == W6_LIBEVENT) {
+        g6.ref_ev = evtimer_new(g6.base, w6_ref_le, NULL);
+        struct timeval tv = tv_of(g6.ref_period);
+        BENCH_CHECK(g6.ref_ev && evtimer_add(g6.ref_ev, &tv) == 0, "w6", sys,
+                    "ref");
+    } else {
+        rc = chime_loop_schedule_at_fixed_rate(g6.loop, w6_ref_chime, NULL,
+                                               g6.ref_period, g6.ref_period,
+                                               &g6.ref_task);
+        BENCH_CHECK(rc == 0, "w6", sys, "ref: %s", chime_strerror(rc));
+    }
+
+    rc = event_base_dispatch(g6.base);
+    BENCH_CHECK(rc == 0, "w6", sys, "event_base_dispatch: %d", rc);
+
+    /* Every connection is open and has exactly one pending timer. */
+    for (long i = 0; i < g6.c; i++) {
+        struct conn *cn = &g6.conns[i];
+        BENCH_CHECK(cn->open, "w6", sys, "connection %ld never opened", i);
+        if (g6.mode == W6_LIBEVENT)
+            BENCH_CHECK(evtimer_pending(cn->ev, NULL), "w6", sys,
+                        "connection %ld has no pending timer", i);
+        else
+            BENCH_CHECK(chime_task_get_state(cn->task) == CHIME_TASK_PENDING,
+                        "w6", sys, "connection %ld's timer is not pending", i);
+    }
+    if (g6.mode == W6_LIBEVENT) {
+        for (long i = 0; i < g6.c; i++)
+            event_free(g6.conns[i].ev);
+        event_free(g6.ref_ev);
+    } else {
+        rc = chime_task_cancel(g6.ref_task, 0);
+        BENCH_CHECK(rc == 0, "w6", sys, "ref cancel: %s", chime_strerror(rc));
+        chime_task_release(g6.ref_task);
+        rc = chime_event_detach(g6.ce);
+        BENCH_CHECK(rc == 0, "w6", sys, "detach: %s", chime_strerror(rc));
+        for (long i = 0; i < g6.c; i++)
+            chime_task_release(g6.conns[i].task);
+    }
+    event_free(g6.driver);
+    event_base_free(g6.base);
+    return NULL;
+}
+
+static void
+w6_report_lateness(const char *prefix, struct samples *s)
+{
+    char m[32];
+    qsort(s->v, s->n, sizeof(*s->v), bench_cmp_i64);
+    snprintf(m, sizeof(m), "%sp50_us", prefix);
+    bench_result("w6", g6.sys, m, bench_pct(s->v, s->n, 0.50) / 1e3);
+    snprintf(m, sizeof(m), "%sp99_us", prefix);
+    bench_result("w6", g6.sys, m, bench_pct(s->v, s->n, 0.99) / 1e3);
+    snprintf(m, sizeof(m), "%smax_us", prefix);
+    bench_result("w6", g6.sys, m, s->n ? s->v[s->n - 1] / 1e3 : 0);
+}
+
+static void
+w6(int argc, char **argv)
+{
+    const char *m = bench_sarg(argc, argv, "mode", "rearm");
+    if (strncmp(m, "chime-", 6) == 0)
+        m += 6;
+    g6.mode = strcmp(m, "touch") == 0      ? W6_TOUCH
+              : strcmp(m, "libevent") == 0 ? W6_LIBEVENT
+                                           : W6_REARM;
+    BENCH_CHECK(g6.mode != W6_REARM || strcmp(m, "rearm") == 0, "w6", m,
+                "unknown mode");
+    bool precise = bench_arg(argc, argv, "precise", 0) != 0;
+    snprintf(g6.sysbuf, sizeof(g6.sysbuf), "%s%s",
+             g6.mode == W6_TOUCH      ? "chime-touch"
+             : g6.mode == W6_LIBEVENT ? "libevent"
+                                      : "chime-rearm",
+             precise ? "-precise" : "");
+    g6.sys = g6.sysbuf;
+#ifndef CHIME_HAVE_TASK_TOUCH
+    BENCH_CHECK(g6.mode != W6_TOUCH, "w6", g6.sys,
+                "this chime has no chime_task_touch");
+#endif
+    g6.c = bench_arg(argc, argv, "C", 10000);
+    int64_t run = bench_arg(argc, argv, "run_ms", 10000) * CHIME_MSEC;
+    int64_t warm = bench_arg(argc, argv, "warm_ms", 2000) * CHIME_MSEC;
+    g6.timeout = bench_arg(argc, argv, "timeout_ms", 1000) * CHIME_MSEC;
+    g6.act_min = bench_arg(argc, argv, "act_min_ms", 100) * CHIME_MSEC;
+    g6.act_span =
+        bench_arg(argc, argv, "act_max_ms", 300) * CHIME_MSEC - g6.act_min;
+    long idle_pct = bench_arg(argc, argv, "idle_pct", 20);
+    g6.ref_period = bench_arg(argc, argv, "ref_ms", 5) * CHIME_MSEC;
+    long burners = bench_arg(argc, argv, "burners", 2);
+    BENCH_CHECK(g6.c > 0 && warm < run && g6.act_span >= 0 &&
+                    g6.act_min + g6.act_span < g6.timeout && g6.ref_period > 0,
+                "w6", g6.sys, "bad arguments");
+    /* Connections open over the first second (or the warm-up, if
+     * shorter); samples are taken from expiries due in [warm, run). */
+    g6.open_span = warm < CHIME_SEC ? warm : CHIME_SEC;
+    g6.mstart = warm; /* relative to t0 until the loop thread starts */
+    g6.mend = run;
+    g6.timeout_tv = tv_of(g6.timeout);
+    g6.min_late = INT64_MAX;
+    g6.rng = (bench_rng){BENCH_SEED};
+    g6.conns = calloc((size_t)g6.c, sizeof(*g6.conns));
+    g6.cal = calloc((size_t)g6.c, sizeof(*g6.cal));
+    BENCH_CHECK(g6.conns && g6.cal, "w6", g6.sys, "out of memory");
+    for (long i = 0; i < g6.c; i++)
+        g6.conns[i].active = (long)bench_rng_below(&g6.rng, 100) >= idle_pct;
+
+    int64_t c0 = bench_cpu_ns();
+    pthread_t *burn = calloc((size_t)burners + 1, sizeof(*burn));
+    int64_t *burn_cpu = calloc((size_t)burners + 1, sizeof(*burn_cpu));
+    BENCH_CHECK(burn && burn_cpu, "w6", g6.sys, "out of memory");
+    for (long i = 0; i < burners; i++)
+        BENCH_CHECK(pthread_create(&burn[i], NULL, w6_burn, &burn_cpu[i]) == 0,
+                    "w6", g6.sys, "burner thread");
+
+    struct event_config *cfg = event_config_new();
+    BENCH_CHECK(cfg != NULL, "w6", g6.sys, "event_config_new");
+    if (precise)
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+    g6.base = event_base_new_with_config(cfg);
+    event_config_free(cfg);
+    BENCH_CHECK(g6.base != NULL, "w6", g6.sys, "event_base_new");
+    if (g6.mode != W6_LIBEVENT) {
+        g6.pool = new_pool("w6", g6.sys);
+        int rc = chime_event_attach(g6.pool, g6.base, NULL, &g6.ce);
+        BENCH_CHECK(rc == 0, "w6", g6.sys, "attach: %s", chime_strerror(rc));
+        g6.loop = chime_event_loop(g6.ce);
+    }
+    BENCH_CHECK(pthread_create(&g6.loop_tid, NULL, w6_loop_main, NULL) == 0,
+                "w6", g6.sys, "loop thread");
+    pthread_join(g6.loop_tid, NULL);
+    atomic_store(&g6.stop_burn, true);
+    int64_t burned = 0;
+    for (long i = 0; i < burners; i++) {
+        pthread_join(burn[i], NULL);
+        burned += burn_cpu[i];
+    }
+    if (g6.pool) {
+        int rc = chime_pool_destroy(g6.pool);
+        BENCH_CHECK(rc == 0, "w6", g6.sys, "destroy: %s", chime_strerror(rc));
+    }
+    int64_t cpu = bench_cpu_ns() - c0 - burned;
+
+    /* The reference timer ran every run due in the window, in order. */
+    long ref_expect = 0;
+    for (long k = 0;; k++) {
+        int64_t due = g6.ref_first + k * g6.ref_period;
+        if (due >= g6.mend)
+            break;
+        if (due >= g6.mstart)
+            ref_expect++;
+    }
+    BENCH_CHECK((long)g6.ref.n == ref_expect, "w6", g6.sys,
+                "%zu reference runs in the window, want %ld", g6.ref.n,
+                ref_expect);
+    BENCH_CHECK(g6.exp.n > 0, "w6", g6.sys, "no expiry in the window");
+    w6_report_lateness("", &g6.exp);
+    w6_report_lateness("ref_", &g6.ref);
+    bench_result("w6", g6.sys, "early_pct", 100.0 * g6.early / g6.exp.n);
+    bench_result("w6", g6.sys, "min_us", g6.min_late / 1e3);
+    bench_result("w6", g6.sys, "expiries", (double)g6.exp.n);
+    bench_result("w6", g6.sys, "active_expiries", (double)g6.act_exp);
+    bench_result("w6", g6.sys, "cpu_ns_per_op", (double)cpu / g6.ops);
+    free(g6.exp.v);
+    free(g6.ref.v);
+    free(g6.conns);
+    free(g6.cal);
+    free(burn);
+    free(burn_cpu);
+}
+
+/* ==== W7: multi-reactor scaling =========================================== */
+
+enum {
+    W7_REARM,
+    W7_TOUCH,
+    W7_CANCEL,
+    W7_LE_READD,
+    W7_LE_DELADD,
+    W7_LE_COMMON,
+};
+
+static const char *const w7_names[] = {
+    "chime-rearm",    "chime-touch",     "chime-cancel",
+    "libevent-readd", "libevent-deladd", "libevent-common",
+};
+
+#define W7_IS_CHIME(mode) ((mode) <= W7_CANCEL)
+#define W7_DELAY (60 * CHIME_SEC)
+
+struct reactor {
+    long k;
+    struct event_base *base;
+    chime_event *ce;
+    chime_loop *loop;
+    chime_task **t;
+    struct event **ev;
+    const struct timeval *tv; /* libevent: 60 s, or the common timeout */
+    struct timeval sixty;
+    bench_rng rng;
+    uint64_t pool_locks, loop_locks; /* over the R operations */
+    pthread_t tid;
+};
+
+static struct {
+    int mode;
+    const char *sys;
+    long k, l, r, warm;
+    chime_pool *pool;
+    pthread_barrier_t start, end, checked;
+    atomic_long fired;
+} g7;
+
+static int
+w7_never(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)arg;
+    (void)result;
+    atomic_fetch_add(&g7.fired, 1);
+    return 0;
+}
+
+static void
+w7_never_le(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    atomic_fetch_add(&g7.fired, 1);
+}
+
+static void
+w7_ops(struct reactor *x, long n)
+{
+    const char *sys = g7.sys;
+    for (long k = 0; k < n; k++) {
+        long i = (long)bench_rng_below(&x->rng, (uint64_t)g7.l);
+        int rc = 0;
+        switch (g7.mode) {
+        case W7_REARM:
+            rc = chime_task_rearm(x->t[i], W7_DELAY);
+            break;
+        case W7_TOUCH:
+#ifdef CHIME_HAVE_TASK_TOUCH
+            rc = chime_task_touch(x->t[i]);
+#else
+            rc = -ENOSYS;
+#endif
+            break;
+        case W7_CANCEL:
+            rc = chime_task_cancel(x->t[i], 0);
+            BENCH_CHECK(rc == 0, "w7", sys, "cancel: %s", chime_strerror(rc));
+            chime_task_release(x->t[i]);
+            rc = chime_loop_schedule(x->loop, w7_never, NULL, W7_DELAY,
+                                     &x->t[i]);
+            break;
+        case W7_LE_DELADD:
+            BENCH_CHECK(evtimer_del(x->ev[i]) == 0, "w7", sys, "del");
+            /* fall through */
+        case W7_LE_READD:
+        case W7_LE_COMMON:
+            rc = evtimer_add(x->ev[i], x->tv) == 0 ? 0 : -EIO;
+            break;
+        }
+        BENCH_CHECK(rc == 0, "w7", sys, "operation: %s", chime_strerror(rc));
+    }
+}
+
+static void
+lock_counts(uint64_t *pool_locks, uint64_t *loop_locks)
+{
+#ifdef BENCH_LOCK_STATS
+    chime__lock_stats(pool_locks, loop_locks);
+#else
+    *pool_locks = *loop_locks = 0;
+#endif
+}
+
+/* Runs inside the base's loop, on its thread: sets up the L timers, warms
+ * up, then does the R timed operations between the barriers. */
+static void
+w7_work(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct reactor *x = arg;
+    const char *sys = g7.sys;
+    for (long i = 0; i < g7.l; i++) {
+        if (W7_IS_CHIME(g7.mode)) {
+            int rc = chime_loop_schedule(x->loop, w7_never, NULL, W7_DELAY,
+                                         &x->t[i]);
+            BENCH_CHECK(rc == 0, "w7", sys, "schedule: %s", chime_strerror(rc));
+        } else {
+            x->ev[i] = evtimer_new(x->base, w7_never_le, NULL);
+            BENCH_CHECK(x->ev[i] && evtimer_add(x->ev[i], x->tv) == 0, "w7",
+                        sys, "add");
+        }
+    }
+    w7_ops(x, g7.warm);
+#ifdef BENCH_LOCK_STATS
+    if (x->k == 0) {
+        /* The counters count: a stats snapshot takes the pool's lock. */
+        uint64_t p0, l0, p1, l1;
+        chime_pool_stats st;
+        lock_counts(&p0, &l0);
+        chime_pool_get_stats(g7.pool, &st);
+        lock_counts(&p1, &l1);
+        if (p1 == p0)
+            fprintf(stderr, "w7: chime_pool_get_stats() counted no pool "
+                            "lock: are the lock counters live?\n");
+    }
+#endif
+    uint64_t p0, l0, p1, l1;
+    lock_counts(&p0, &l0);
+    pthread_barrier_wait(&g7.start);
+    w7_ops(x, g7.r);
+    lock_counts(&p1, &l1);
+    x->pool_locks = p1 - p0;
+    x->loop_locks = l1 - l0;
+
+    /* Every timer of this thread is still pending. */
+    if (W7_IS_CHIME(g7.mode)) {
+        for (long i = 0; i < g7.l; i++)
+            BENCH_CHECK(chime_task_get_state(x->t[i]) == CHIME_TASK_PENDING,
+                        "w7", sys, "reactor %ld timer %ld not pending", x->k,
+                        i);
+    } else {
+        int added = event_base_get_num_events(x->base, EVENT_BASE_COUNT_ADDED);
+        BENCH_CHECK(added == g7.l, "w7", sys,
+                    "reactor %ld: %d timers, want %ld", x->k, added, g7.l);
+        for (long i = 0; i < g7.l; i++)
+            BENCH_CHECK(evtimer_pending(x->ev[i], NULL), "w7", sys,
+                        "reactor %ld timer %ld not pending", x->k, i);
+    }
+    pthread_barrier_wait(&g7.end);
+    pthread_barrier_wait(&g7.checked); /* the main thread's checks */
+    event_base_loopbreak(x->base);
+}
+
+static void *
+w7_main(void *arg)
+{
+    struct reactor *x = arg;
+    const char *sys = g7.sys;
+    if (W7_IS_CHIME(g7.mode)) {
+        int rc = chime_loop_set_thread(x->loop);
+        BENCH_CHECK(rc == 0, "w7", sys, "set_thread: %s", chime_strerror(rc));
+    }
+    struct timeval zero = {0, 0};
+    BENCH_CHECK(event_base_once(x->base, -1, EV_TIMEOUT, w7_work, x, &zero) ==
+                    0,
+                "w7", sys, "event_base_once");
+    BENCH_CHECK(event_base_dispatch(x->base) == 0, "w7", sys, "dispatch");
+    if (W7_IS_CHIME(g7.mode)) {
+        int rc = chime_event_detach(x->ce);
+        BENCH_CHECK(rc == 0, "w7", sys, "detach: %s", chime_strerror(rc));
+        for (long i = 0; i < g7.l; i++)
+            chime_task_release(x->t[i]);
+    } else {
+        for (long i = 0; i < g7.l; i++)
+            event_free(x->ev[i]);
+    }
+    event_base_free(x->base);
+    return NULL;
+}
+
+static void
+w7(int argc, char **argv)
+{
+    const char *m = bench_sarg(argc, argv, "mode", "rearm");
+    g7.mode = -1;
+    for (int i = 0; i < (int)(sizeof(w7_names) / sizeof(*w7_names)); i++)
+        if (strcmp(m, w7_names[i]) == 0 ||
+            (i <= W7_CANCEL && strcmp(m, w7_names[i] + 6) == 0))
+            g7.mode = i;
+    BENCH_CHECK(g7.mode >= 0, "w7", m, "unknown mode");
+    g7.sys = w7_names[g7.mode];
+    const char *sys = g7.sys;
+#ifndef CHIME_HAVE_TASK_TOUCH
+    BENCH_CHECK(g7.mode != W7_TOUCH, "w7", sys,
+                "this chime has no chime_task_touch");
+#endif
+#ifdef BENCH_LOCK_STATS
+    BENCH_CHECK(W7_IS_CHIME(g7.mode), "w7", sys,
+                "the lock-count build counts chime's locks only");
+#endif
+    g7.k = bench_arg(argc, argv, "K", 1);
+    g7.l = bench_arg(argc, argv, "L", 10000);
+    g7.r = bench_arg(argc, argv, "R", 2000000);
+    g7.warm = bench_arg(argc, argv, "warm", g7.r / 10);
+    BENCH_CHECK(g7.k > 0 && g7.l > 0 && g7.r > 0, "w7", sys, "bad arguments");
+
+    if (W7_IS_CHIME(g7.mode))
+        g7.pool = new_pool("w7", sys);
+    struct reactor *xs = calloc((size_t)g7.k, sizeof(*xs));
+    BENCH_CHECK(xs != NULL, "w7", sys, "out of memory");
+    pthread_barrier_init(&g7.start, NULL, (unsigned)g7.k + 1);
+    pthread_barrier_init(&g7.end, NULL, (unsigned)g7.k + 1);
+    pthread_barrier_init(&g7.checked, NULL, (unsigned)g7.k + 1);
+    for (long k = 0; k < g7.k; k++) {
+        struct reactor *x = &xs[k];
+        x->k = k;
+        x->rng = (bench_rng){BENCH_SEED + (uint64_t)k};
+        x->base = event_base_new();
+        BENCH_CHECK(x->base != NULL, "w7", sys, "event_base_new");
+        x->sixty = tv_of(W7_DELAY);
+        x->tv = g7.mode == W7_LE_COMMON
+                    ? event_base_init_common_timeout(x->base, &x->sixty)
+                    : &x->sixty;
+        BENCH_CHECK(x->tv != NULL, "w7", sys, "common timeout");
+        if (W7_IS_CHIME(g7.mode)) {
+            int rc = chime_event_attach(g7.pool, x->base, NULL, &x->ce);
+            BENCH_CHECK(rc == 0, "w7", sys, "attach: %s", chime_strerror(rc));
+            x->loop = chime_event_loop(x->ce);
+            x->t = calloc((size_t)g7.l, sizeof(*x->t));
+            BENCH_CHECK(x->t != NULL, "w7", sys, "out of memory");
+        } else {
+            x->ev = calloc((size_t)g7.l, sizeof(*x->ev));
+            BENCH_CHECK(x->ev != NULL, "w7", sys, "out of memory");
+        }
+    }
+    for (long k = 0; k < g7.k; k++)
+        BENCH_CHECK(pthread_create(&xs[k].tid, NULL, w7_main, &xs[k]) == 0,
+                    "w7", sys, "thread");
+
+    pthread_barrier_wait(&g7.start);
+    int64_t c0 = bench_cpu_ns();
+    int64_t t0 = bench_now_ns();
+    pthread_barrier_wait(&g7.end);
+    int64_t ns = bench_now_ns() - t0;
+    int64_t cpu = bench_cpu_ns() - c0;
+    BENCH_CHECK(atomic_load(&g7.fired) == 0, "w7", sys, "%ld timers fired",
+                atomic_load(&g7.fired));
+    if (g7.pool) {
+        chime_pool_stats st;
+        chime_pool_get_stats(g7.pool, &st);
+        BENCH_CHECK(st.pending == (size_t)(g7.k * g7.l), "w7", sys,
+                    "%zu pending in the pool, want %ld", st.pending,
+                    g7.k * g7.l);
+    }
+    pthread_barrier_wait(&g7.checked);
+    uint64_t pool_locks = 0, loop_locks = 0;
+    for (long k = 0; k < g7.k; k++) {
+        pthread_join(xs[k].tid, NULL);
+        pool_locks += xs[k].pool_locks;
+        loop_locks += xs[k].loop_locks;
+        free(xs[k].t);
+        free(xs[k].ev);
+    }
+    if (g7.pool) {
+        int rc = chime_pool_destroy(g7.pool);
+        BENCH_CHECK(rc == 0, "w7", sys, "destroy: %s", chime_strerror(rc));
+    }
+    double ops = (double)g7.k * (double)g7.r;
+#ifdef BENCH_LOCK_STATS
+    (void)ns;
+    (void)cpu;
+    bench_result("w7", sys, "pool_locks_per_op", pool_locks / ops);
+    bench_result("w7", sys, "loop_locks_per_op", loop_locks / ops);
+#else
+    (void)pool_locks;
+    (void)loop_locks;
+    bench_result("w7", sys, "ops_per_s", ops / (ns / 1e9));
+    bench_result("w7", sys, "cpu_ns_per_op", cpu / ops);
+#endif
+    pthread_barrier_destroy(&g7.start);
+    pthread_barrier_destroy(&g7.end);
+    pthread_barrier_destroy(&g7.checked);
+    free(xs);
+}
+
+int
+main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s w6|w7|features [key=value ...]\n", argv[0]);
+        return 1;
+    }
+    g_threads = (int)bench_arg(argc, argv, "threads", 2);
+    if (strcmp(argv[1], "features") == 0) {
+        const char *sep = "";
+#ifdef CHIME_HAVE_TASK_TOUCH
+        printf("%stouch", sep);
+        sep = " ";
+#endif
+#ifdef BENCH_LOCK_STATS
+        printf("%slockstats", sep);
+        sep = " ";
+#endif
+        printf("\n");
+        (void)sep;
+    } else if (strcmp(argv[1], "w6") == 0) {
+#ifdef BENCH_LOCK_STATS
+        fprintf(stderr, "the lock-count build runs w7 only\n");
+        return 1;
+#else
+        w6(argc, argv);
+#endif
+    } else if (strcmp(argv[1], "w7") == 0) {
+        w7(argc, argv);
+    } else {
+        fprintf(stderr, "unknown workload %s\n", argv[1]);
+        return 1;
+    }
+    return 0;
+}
