@@ -21,6 +21,8 @@
 #                   idle over half a second: on a shared machine this keeps
 #                   other jobs out of the figures (the busy percentage seen
 #                   before each run is recorded in the CSV either way)
+# Environment: CHIME_BENCH_BUILD=DIR builds in DIR instead of bench/build/;
+# CHIME_BENCH_ROOT=DIR measures the chime sources of another checkout.
 #
 # What it does:
 #   1. installs missing Debian packages with apt (sudo if not root);
@@ -45,6 +47,9 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
+# The chime tree measured (its src/, include/, integrations/): this one, or
+# CHIME_BENCH_ROOT=/other/checkout to measure work in progress elsewhere.
+CHIME_SRC=$(cd "${CHIME_BENCH_ROOT:-$ROOT}" && pwd)
 BUILD=${CHIME_BENCH_BUILD:-$HERE/build}
 NETTY_JAR=/usr/share/java/netty-common.jar
 
@@ -130,7 +135,8 @@ echo "run.sh: building into $BUILD"
 # The lock-count binary exists only if this configuration builds it: a
 # stale one from an older configuration must not be run.
 rm -f "$BUILD/w_loop_locks"
-cmake -S "$HERE" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >"$LOGDIR/cmake.log" 2>&1 ||
+cmake -S "$HERE" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCHIME_ROOT="$CHIME_SRC" \
+    >"$LOGDIR/cmake.log" 2>&1 ||
     { cat "$LOGDIR/cmake.log" >&2; exit 1; }
 cmake --build "$BUILD" -j"$(nproc)" >>"$LOGDIR/cmake.log" 2>&1 ||
     { cat "$LOGDIR/cmake.log" >&2; exit 1; }
@@ -146,8 +152,8 @@ JAVA=(java -cp "$BUILD/java:$NETTY_JAR")
     echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
     echo "kernel: $(uname -sr)"
     echo "os: $(. /etc/os-release && echo "$PRETTY_NAME")"
-    echo "chime: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
-        git -C "$ROOT" status --porcelain -- src include integrations 2>/dev/null |
+    echo "chime: $CHIME_SRC at $(git -C "$CHIME_SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+        git -C "$CHIME_SRC" status --porcelain -- src include integrations 2>/dev/null |
             grep -q . && echo ' + uncommitted changes in src/ include/ integrations/')"
     echo "cc: $(cc --version | head -1)"
     echo "java: $(java -version 2>&1 | sed -n 2p)"

@@ -31,7 +31,7 @@ function fmt(v) {
 function lower_better(m) {
     return m ~ /_us$/ || m ~ /^bytes/ || m ~ /^heap_bytes/ || m ~ /^ns_/ ||
         m ~ /per_cb$/ || m ~ /^cpu_ns/ || m ~ /_ns$/ || m ~ /_pct$/ ||
-        m ~ /locks_per_op$/
+        m ~ /locks_per_op$/ || m ~ /^futex_wakes/
 }
 # Counts and diagnostics: no ratio between systems.
 function no_ratio(m) {
@@ -97,7 +97,7 @@ function goal(name, fig, value, target, ok) {
         value == "" ? "not measured" : (ok ? "met" : "**not met**") >> tbl
 }
 function label(w, size) {
-    return w == "units" ? "UNITS (ns)" : toupper(w) " (" size ")"
+    return w == "units" ? "UNITS" : toupper(w) " (" size ")"
 }
 
 NR == 1 { next }
@@ -122,7 +122,7 @@ NR == 1 { next }
 END {
     n = split(main_sizes, ms, " ")
     for (i = 1; i <= n; i++) { split(ms[i], kv, "="); msize[kv[1]] = kv[2] }
-    metrics["units"] = "clock_ns clock_coarse_ns mutex_ns mutex_contended_ns atomic_rmw_ns atomic_contended_ns futex_wake_ns futex_handoff_ns eventfd_write_ns"
+    metrics["units"] = "clock_ns clock_coarse_ns mutex_ns mutex_contended_ns atomic_rmw_ns atomic_contended_ns futex_wake_ns futex_handoff_ns futex_wakes_per_handoff eventfd_write_ns"
     metrics["w1"] = "tasks_per_s ns_per_schedule backlog_at_last_submit"
     metrics["w2"] = "rounds_per_s settled_rounds_per_s ns_per_round"
     metrics["w3"] = "p50_us p99_us p999_us max_us runs_per_s"

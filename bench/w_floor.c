@@ -21,10 +21,14 @@
  *   atomic_contended_ns   the same with a second thread adding to the same
  *                         line: wall time / additions of one thread
  *   futex_wake_ns         FUTEX_WAKE that woke a sleeping thread (the
- *                         waker's system call alone)
+ *                         waker's system call alone; waking a halted vCPU
+ *                         is what makes it expensive in a VM)
  *   futex_handoff_ns      one hand-off between two threads that take turns
  *                         through a futex (half a round trip: wake, the
  *                         other thread runs and wakes us back)
+ *   futex_wakes_per_handoff  how many of those hand-offs found the other
+ *                         thread asleep (the rest caught it before it slept:
+ *                         its FUTEX_WAIT saw the word already changed)
  *   eventfd_write_ns      write(2) of 1 to an eventfd nobody reads (the
  *                         wake-up write of chime and libuv, without a waiter)
  * The two-thread figures need both threads on a CPU at once: on a busy
@@ -279,6 +283,8 @@ units(int argc, char **argv)
     if (atomic_load(&g_wakes) > 0)
         bench_result(UW, US, "futex_wake_ns",
                      per_op(atomic_load(&g_wake_ns), atomic_load(&g_wakes)));
+    bench_result(UW, US, "futex_wakes_per_handoff",
+                 per_op(atomic_load(&g_wakes), 2 * g_n));
 
     int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     BENCH_CHECK(efd >= 0, UW, US, "eventfd: %s", strerror(errno));
