@@ -2,13 +2,12 @@
 /* Cancel and re-arm: the one state machine for a task wherever it is.
  *
  * Design notes
- * - A task is in one of: the heap (PENDING), a binding's ready ring
- *   (READY), a running dispatch's batch (BATCHED, or REARMING once
- *   re-armed there), running (RUNNING), or completed. Cancel and re-arm
- *   hold pool->mu and, for a loop task, its binding's mu, so a READY task
- *   is taken from the ring and a BATCHED one from its slot before the
- *   dispatch gets to it; only if the dispatch claimed the slot first do
- *   they meet with a CAS on the state (ready.c, loop.c).
+ * - A pool task is in the pool's heap (PENDING), running (RUNNING) or
+ *   completed; cancel and re-arm hold pool->mu. A loop task belongs to
+ *   its binding (timers.c) and they hold the binding's mu only, so a
+ *   READY task is taken from the ring and a BATCHED one from its slot
+ *   before the dispatch gets to it; only if the dispatch claimed the slot
+ *   first do they meet with a CAS on the state (ready.c, loop.c).
  * - Cancel of a queued task is O(1) amortized: lazy removal (the slot is
  *   reclaimed at the head or by a compaction once half the heap is such).
  * - Re-arm to a later deadline of a queued one-shot is O(1): the slot
@@ -28,7 +27,7 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
                      struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    struct chime_loop *l = chime__task_loop(t);
+    CHIME_ASSERT(t->loop_id == 0); /* loop tasks: chime__loop_cancel_locked */
     int st = chime__task_state(t);
     if (st == CHIME_TASK_RUNNING) {
         if (queued_only)
@@ -38,31 +37,6 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
         if (flags & CHIME_CANCEL_INTERRUPT)
             chime__task_interrupt(t);
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-    } else if (st == CHIME_TASK_READY) {
-        /* Due and waiting for its loop: it will never start. */
-        chime__ready_unqueue_locked(l, t);
-        chime__loop_tasks_sub(p, 1);
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        chime__drop_locked(t, garbage);
-    } else if (st == CHIME_TASK_BATCHED || st == CHIME_TASK_REARMING) {
-        int8_t exp = (int8_t)st;
-        if (st == CHIME_TASK_BATCHED && chime__ready_unbatch_locked(l, t)) {
-            /* Taken from the dispatch's batch before it got to it. */
-            chime__loop_tasks_sub(p, 1);
-            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-            chime__drop_locked(t, garbage);
-        } else if (chime__task_cas_state(t, &exp, CHIME_TASK_CANCELLED)) {
-            /* The dispatch holds it and will drop it, unstarted. */
-            chime__completed_locked(p, t, CHIME_TASK_CANCELLED);
-        } else {
-            /* It started in the meantime: cancel a running task. */
-            CHIME_ASSERT(exp == CHIME_TASK_RUNNING);
-            if (queued_only)
-                return -ENOENT;
-            if (flags & CHIME_CANCEL_INTERRUPT)
-                chime__task_interrupt(t);
-            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        }
     } else {
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
         if (p->remove_on_cancel && (t->flags & CHIME_TF_INHEAP)) {
@@ -82,10 +56,10 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
     return 0;
 }
 
-/* Takes the locks a task that has not completed is changed under: its
- * pool's mu and, for a loop task, its binding's (*l, else NULL). Returns 0
- * holding them, or -EALREADY (completed) / -ECHILD (forked child) holding
- * nothing. */
+/* Takes the lock a task that has not completed is changed under: its
+ * binding's mu for a loop task (*l set), else its pool's mu (*l NULL).
+ * Returns 0 holding it, or -EALREADY (completed) / -ECHILD (forked child)
+ * holding nothing. */
 static int
 lock_live(struct chime_task *t, struct chime_loop **l)
 {
@@ -96,19 +70,29 @@ lock_live(struct chime_task *t, struct chime_loop **l)
     struct chime_pool *p = t->pool;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    pthread_mutex_lock(&p->mu);
-    /* Final states are only reached under pool->mu: checked again first,
-     * since a finished loop task's binding may be gone. */
+    /* A loop task's states move under its binding's lock only; the
+     * binding's record lives as long as the pool's memory, which a handle
+     * keeps. */
+    *l = chime__task_loop(t);
+    pthread_mutex_t *mu = *l ? &(*l)->mu : &p->mu;
+    pthread_mutex_lock(mu);
     if (chime__state_is_final(chime__task_state(t))) {
-        pthread_mutex_unlock(&p->mu);
+        pthread_mutex_unlock(mu);
         return -EALREADY;
     }
-    /* A live loop task's binding is open, and its state also moves under
-     * the binding's lock (dispatch starts it there): hold both. */
-    *l = chime__task_loop(t);
-    if (*l)
-        pthread_mutex_lock(&(*l)->mu);
     return 0;
+}
+
+/* After a loop-side drop: a shut-down pool may terminate now (asked with
+ * no binding lock held: the pool's lock comes first). */
+static void
+loop_dropped(struct chime_pool *p)
+{
+    if (atomic_load(&p->accepting))
+        return;
+    pthread_mutex_lock(&p->mu);
+    chime__try_terminate_locked(p);
+    pthread_mutex_unlock(&p->mu);
 }
 
 int
@@ -122,11 +106,15 @@ chime_task_cancel(chime_task *t, unsigned flags)
         return rc;
     struct chime_pool *p = t->pool;
     struct chime_task *garbage = NULL;
-    rc = chime__cancel_locked(p, t, flags, false, &garbage);
-    if (l)
+    if (l) {
+        rc = chime__loop_cancel_locked(l, t, flags, false, &garbage);
         pthread_mutex_unlock(&l->mu);
-    chime__try_terminate_locked(p);
-    pthread_mutex_unlock(&p->mu);
+        loop_dropped(p);
+    } else {
+        rc = chime__cancel_locked(p, t, flags, false, &garbage);
+        chime__try_terminate_locked(p);
+        pthread_mutex_unlock(&p->mu);
+    }
     chime__free_garbage(garbage);
     return rc;
 }
@@ -142,39 +130,19 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
         return rc;
     struct chime_pool *p = t->pool;
     struct chime_task *garbage = NULL;
+    if (l) {
+        rc = chime__loop_rearm_locked(l, t, delay_ns, &garbage);
+        pthread_mutex_unlock(&l->mu);
+        if (garbage)
+            loop_dropped(p);
+        chime__free_garbage(garbage);
+        return rc;
+    }
     int st = chime__task_state(t);
     int64_t d = chime__deadline_after(chime__pool_now(p), delay_ns);
     if (st == CHIME_TASK_RUNNING) {
         t->flags |= CHIME_TF_REARM;
         t->run_deadline = d;
-    } else if (st == CHIME_TASK_REARMING) {
-        t->run_deadline = d; /* the dispatch that holds it requeues it */
-    } else if (st == CHIME_TASK_BATCHED &&
-               !((rc = chime__heap_reserve(&p->heap)) == 0 &&
-                 chime__ready_unbatch_locked(l, t))) {
-        if (rc == 0) {
-            /* The dispatch claimed it: it requeues it instead of running
-             * it (REARMING), unless it already started (then this is a
-             * re-arm of a running task, which the same flag expresses). */
-            t->flags |= CHIME_TF_REARM;
-            t->run_deadline = d;
-            int8_t exp = CHIME_TASK_BATCHED;
-            chime__task_cas_state(t, &exp, CHIME_TASK_REARMING);
-        }
-    } else if (st == CHIME_TASK_READY || st == CHIME_TASK_BATCHED) {
-        /* Already due and waiting for its loop: take it back into the
-         * heap; it will not run at its old time. */
-        if (st == CHIME_TASK_BATCHED ||
-            (rc = chime__heap_reserve(&p->heap)) == 0) {
-            if (st == CHIME_TASK_READY)
-                chime__ready_unqueue_locked(l, t);
-            /* It left the ring or the batch (a batched one was claimed
-             * from its slot just above): no longer the loop's. */
-            chime__loop_tasks_sub(p, 1);
-            /* Back into the heap (cannot fail: reserved), or cancelled if
-             * the run state or a closed binding no longer allows it. */
-            chime__requeue_locked(p, t, d, &garbage);
-        }
     } else {
         CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
         /* A fresh sequence number: the re-armed task queues behind tasks
@@ -197,25 +165,39 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
                 chime__new_head_locked(p);
         }
     }
-    /* A loop task taken back into the heap may be the only work of a pool
-     * that has no worker now (posts start none; a zero-core pool's worker
-     * leaves when the heap is empty). */
-    int need = l != NULL && (t->flags & CHIME_TF_INHEAP) &&
-               chime__need_worker_locked(p);
-    if (l)
-        pthread_mutex_unlock(&l->mu);
     pthread_mutex_unlock(&p->mu);
-    chime__free_garbage(garbage);
-    chime__spawn_for_requeued(p, need);
     return rc;
+}
+
+int
+chime_task_touch(chime_task *t)
+{
+    if (t == NULL)
+        return -EINVAL;
+    if (t->loop_id == 0)
+        return -ENOTSUP;
+    if (chime__task_kind(t) != CHIME_KIND_ONESHOT)
+        return -EINVAL;
+    if (chime__state_is_final(chime__task_state(t)))
+        return -EALREADY;
+    struct chime_pool *p = t->pool;
+    if (CHIME_FORKED(p))
+        return -ECHILD;
+    /* One store, no lock: the expiry compares (timers.c). A touch racing
+     * with the expiry itself may be too late for it, as with any timer. */
+    atomic_store_explicit(&t->activity, chime__pool_now(p),
+                          memory_order_relaxed);
+    return 0;
 }
 
 void
 chime__cancel_ready_locked(struct chime_pool *p, struct chime_loop *l,
                            bool periodic_only, struct chime_task **garbage)
 {
+    (void)p;
     CHIME_ASSERT_HELD(&p->mu);
+    CHIME_ASSERT_HELD(&l->mu);
     struct chime_task *list = NULL;
-    chime__loop_tasks_sub(p, chime__ready_take_locked(l, periodic_only, &list));
-    chime__cancel_list_locked(p, list, garbage);
+    chime__ready_take_locked(l, periodic_only, &list);
+    chime__loop_cancel_list_locked(l, list, garbage);
 }

@@ -3,6 +3,7 @@
 #ifndef CHIME_CLOCK_H
 #define CHIME_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -12,5 +13,8 @@ int64_t chime__sat_add(int64_t a, int64_t b);
 int64_t chime__monotonic_ns(void);
 /* Absolute CLOCK_MONOTONIC ns -> timespec for pthread_cond_timedwait. */
 struct timespec chime__abs_timespec(int64_t ns);
+/* Initialises a condition variable whose timed waits use the monotonic
+ * clock (chime__abs_timespec). Returns 0 or a pthread error. */
+int chime__cond_init(pthread_cond_t *cv);
 
 #endif

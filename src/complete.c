@@ -11,8 +11,8 @@
  *   caller frees after unlocking (never free under the lock).
  * - The pool's memory outlives chime_pool_destroy() while tasks with a
  *   handle hold it (pool->refs): a waiter never sees the mutex freed.
- * - Termination: run_state >= SHUTDOWN, queue empty, no loop task in a
- *   ready ring or running, no worker left (nthreads == 0 and nexiting ==
+ * - Termination: run_state >= SHUTDOWN, queue empty, no post in flight,
+ *   no binding holding a task (loop->tasks, timers.c), no worker left (nthreads == 0 and nexiting ==
  *   0). Then TIDYING, the terminated hook (unlocked), TERMINATED, and
  *   term_cv is broadcast.
  */
@@ -30,8 +30,16 @@ chime__pool_ref(struct chime_pool *p)
 static void
 pool_free_shell(struct chime_pool *p)
 {
+    /* Bindings (all closed by now) live as long as the pool's memory: a
+     * handle to a loop task may still lock its binding. */
+    while (!chime__list_empty(&p->closed_loops)) {
+        struct chime_list *n = p->closed_loops.next;
+        chime__list_remove(n);
+        chime__ready_free(chime__container_of(n, struct chime_loop, link));
+    }
+    for (size_t i = 0; i < sizeof(p->loop_dir) / sizeof(p->loop_dir[0]); i++)
+        chime__free(p->loop_dir[i]);
     chime__slab_destroy(&p->slab);
-    chime__free(p->loop_table);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->leader_cv);
     pthread_cond_destroy(&p->follower_cv);
@@ -177,6 +185,21 @@ chime__try_terminate_locked(struct chime_pool *p)
     if (atomic_load_explicit(&p->loop_tasks, memory_order_seq_cst) != 0)
         return;
     CHIME_HB_AFTER(&p->loop_tasks);
+    /* Every binding's accepted tasks (timers, ready, running), closed
+     * bindings included (a callback may still run after its close). */
+    struct chime_list *lists[] = {&p->loops, &p->closed_loops}, *n;
+    for (size_t i = 0; i < 2; i++) {
+        chime__list_for_each(n, lists[i])
+        {
+            struct chime_loop *l =
+                chime__container_of(n, struct chime_loop, link);
+            pthread_mutex_lock(&l->mu);
+            size_t busy = l->tasks;
+            pthread_mutex_unlock(&l->mu);
+            if (busy != 0)
+                return;
+        }
+    }
     if (p->nthreads != 0) {
         /* Idle workers of a shut-down pool with an empty queue must
          * exit, but may be asleep waiting for a task that was just

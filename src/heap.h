@@ -35,41 +35,53 @@ typedef struct chime_heap_slot {
     struct chime_task *task;
 } chime_heap_slot;
 
-typedef struct chime_heap {
-    chime_heap_slot *slots; /* logical slot 0 (inside raw, aligned) */
-    void *raw;              /* the allocation */
-    uint32_t len;
-    uint32_t cap;
-    uint32_t lazy; /* tasks cancelled but not yet taken out (CHIME_TF_LAZY) */
-} chime_heap;
+/* A binding's timer slot (timers.c): the deadline, the task and its
+ * timeout, which touch needs and the 48-byte task has no room for. */
+typedef struct chime_theap_slot {
+    int64_t deadline;
+    struct chime_task *task;
+    int64_t timeout;
+} chime_theap_slot;
 
-void chime__heap_init(chime_heap *h);
-void chime__heap_free(chime_heap *h);
-/* Reserves room for one more slot. Returns 0 or -ENOMEM. */
-int chime__heap_reserve(chime_heap *h);
-/* Inserts t with key (deadline, t->seq) and sets CHIME_TF_INHEAP. Grows if
- * needed; returns 0 or -ENOMEM. */
-int chime__heap_push(chime_heap *h, struct chime_task *t, int64_t deadline);
-/* The head task, or NULL when empty; its deadline. */
-struct chime_task *chime__heap_peek(const chime_heap *h);
-int64_t chime__heap_peek_deadline(const chime_heap *h);
-/* The deadline of t, which must be in h. */
-int64_t chime__heap_deadline(const chime_heap *h, const struct chime_task *t);
-/* Removes and returns the head (NULL when empty); *deadline gets its key. */
-struct chime_task *chime__heap_pop(chime_heap *h, int64_t *deadline);
-/* Removes t (which must be in h). */
-void chime__heap_remove(chime_heap *h, struct chime_task *t);
-/* t gets a new key (deadline, t->seq): restore order. t must be in h. */
-void chime__heap_update(chime_heap *h, struct chime_task *t, int64_t deadline);
-/* Removes every task for which drop(t, deadline, ctx) is non-zero, in O(n):
- * the kept slots are compacted and the heap rebuilt. Removed tasks are
- * pushed on *removed through task->next. Returns how many were removed.
- * drop() must not touch the heap. */
-uint32_t chime__heap_filter(chime_heap *h,
-                            int (*drop)(struct chime_task *t, int64_t deadline,
-                                        void *ctx),
-                            void *ctx, struct chime_task **removed);
-/* Checks the heap property and every index; returns 0 or -1 (tests). */
-int chime__heap_check(const chime_heap *h);
+/* The same heap for either slot type (heap_impl.h instantiates it twice:
+ * chime__heap_* for the pool, chime__theap_* for bindings). */
+#define CHIME_HEAP_DECLARE(HEAP, SLOT, FN)                                     \
+    typedef struct HEAP {                                                      \
+        SLOT *slots; /* logical slot 0 (inside raw, aligned) */                \
+        void *raw;   /* the allocation */                                      \
+        uint32_t len;                                                          \
+        uint32_t cap;                                                          \
+        uint32_t lazy; /* cancelled, not yet taken out (CHIME_TF_LAZY) */      \
+    } HEAP;                                                                    \
+    void FN(init)(HEAP * h);                                                   \
+    void FN(free)(HEAP * h);                                                   \
+    /* Reserves room for one more slot. Returns 0 or -ENOMEM. */              \
+    int FN(reserve)(HEAP * h);                                                 \
+    /* Inserts t with key (deadline, t->seq) and sets CHIME_TF_INHEAP. */     \
+    int FN(push)(HEAP * h, struct chime_task * t, int64_t deadline);          \
+    /* The head task, or NULL when empty; its deadline (INT64_MAX). */        \
+    struct chime_task *FN(peek)(const HEAP *h);                                \
+    int64_t FN(peek_deadline)(const HEAP *h);                                  \
+    /* The deadline of t, which must be in h. */                              \
+    int64_t FN(deadline)(const HEAP *h, const struct chime_task *t);          \
+    /* Removes and returns the head (NULL when empty). */                     \
+    struct chime_task *FN(pop)(HEAP * h, int64_t * deadline);                 \
+    /* Removes t (which must be in h). */                                     \
+    void FN(remove)(HEAP * h, struct chime_task * t);                         \
+    /* t gets a new key (deadline, t->seq): restore order. */                 \
+    void FN(update)(HEAP * h, struct chime_task * t, int64_t deadline);       \
+    /* Removes every task for which drop(t, deadline, ctx) is non-zero, in   \
+     * O(n), onto *removed through task->next. Returns how many. */          \
+    uint32_t FN(filter)(HEAP * h,                                              \
+                        int (*drop)(struct chime_task * t, int64_t deadline,   \
+                                    void *ctx),                                \
+                        void *ctx, struct chime_task **removed);               \
+    /* Checks the heap property and every index; returns 0 or -1. */          \
+    int FN(check)(const HEAP *h);
+
+#define CHIME_HEAP_FN_(name) chime__heap_##name
+#define CHIME_THEAP_FN_(name) chime__theap_##name
+CHIME_HEAP_DECLARE(chime_heap, chime_heap_slot, CHIME_HEAP_FN_)
+CHIME_HEAP_DECLARE(chime_theap, chime_theap_slot, CHIME_THEAP_FN_)
 
 #endif

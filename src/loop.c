@@ -39,8 +39,6 @@
 #include <unistd.h>
 
 #define DEFAULT_BATCH 64u
-#define CACHE_REFILL 64u /* nodes a post takes from the pool at once */
-#define CACHE_MAX 1024u  /* nodes a binding keeps for its posts */
 
 void
 chime_loop_options_init(chime_loop_options *o)
@@ -75,27 +73,23 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
 
     pthread_mutex_lock(&p->mu);
     rc = p->run_state != CHIME_POOL_RUNNING ? -ESHUTDOWN : 0;
-    if (rc == 0 && p->loop_count == p->loop_cap) {
-        /* Task records name their binding by a 16-bit id. */
-        uint32_t ncap = p->loop_cap ? p->loop_cap * 2 : 4;
-        struct chime_loop **nt =
-            ncap > UINT16_MAX
-                ? NULL
-                : chime__realloc(p->loop_table, ncap * sizeof(*nt));
-        if (nt == NULL) {
-            rc = p->loop_cap >= UINT16_MAX ? -EMFILE : -ENOMEM;
-        } else {
-            p->loop_table = nt;
-            p->loop_cap = ncap;
-        }
+    uint32_t id = p->loop_count;
+    if (rc == 0 && id >= UINT16_MAX)
+        rc = -EMFILE; /* task records name their binding by a 16-bit id */
+    if (rc == 0 && p->loop_dir[id / CHIME_LOOP_CHUNK] == NULL) {
+        p->loop_dir[id / CHIME_LOOP_CHUNK] =
+            chime__calloc(CHIME_LOOP_CHUNK, sizeof(struct chime_loop *));
+        if (p->loop_dir[id / CHIME_LOOP_CHUNK] == NULL)
+            rc = -ENOMEM;
     }
     if (rc != 0) {
         pthread_mutex_unlock(&p->mu);
         chime__ready_free(l);
         return rc;
     }
-    p->loop_table[p->loop_count++] = l;
-    l->id = (uint16_t)p->loop_count;
+    p->loop_dir[id / CHIME_LOOP_CHUNK][id % CHIME_LOOP_CHUNK] = l;
+    p->loop_count++;
+    l->id = (uint16_t)(id + 1);
     chime__list_push(&p->loops, &l->link);
     pthread_mutex_unlock(&p->mu);
     *out = l;
@@ -110,7 +104,7 @@ chime_loop_fd(chime_loop *l)
     if (chime__forked(l->fork_gen))
         return -ECHILD;
     pthread_mutex_lock(&l->mu);
-    int fd = l->closed ? -EBADF : l->efd;
+    int fd = l->closed ? -EBADF : l->pfd;
     pthread_mutex_unlock(&l->mu);
     return fd;
 }
@@ -135,10 +129,12 @@ chime_loop_set_thread(chime_loop *l)
 }
 
 static int
-is_this_loops(struct chime_task *t, int64_t deadline, void *arg)
+every_timer(struct chime_task *t, int64_t deadline, void *arg)
 {
+    (void)t;
     (void)deadline;
-    return t->loop_id == ((struct chime_loop *)arg)->id;
+    (void)arg;
+    return 1;
 }
 
 int
@@ -169,9 +165,9 @@ chime_loop_close(chime_loop *l)
     chime__list_remove(&l->link);
     chime__list_push(&p->closed_loops, &l->link);
 
-    /* Its timers still in the pool's heap, then its ready tasks. */
-    chime__heap_filter(&p->heap, is_this_loops, l, &removed);
-    chime__cancel_list_locked(p, removed, &garbage);
+    /* Its timers, then its ready tasks. */
+    chime__timers_take_locked(l, every_timer, NULL, &removed);
+    chime__loop_cancel_list_locked(l, removed, &garbage);
     chime__cancel_ready_locked(p, l, false, &garbage);
     chime__ready_close_locked(l);
     pthread_mutex_unlock(&l->mu);
@@ -180,30 +176,6 @@ chime_loop_close(chime_loop *l)
 
     chime__free_garbage(garbage);
     return 0;
-}
-
-/* A batched task that a cancel or re-arm reached after the dispatch had
- * claimed its slot: the CAS from BATCHED found CANCELLED (drop it) or
- * REARMING (put it back in the heap at its re-arm target). */
-static void
-stolen(struct chime_pool *p, struct chime_task *t, int state)
-{
-    struct chime_task *garbage = NULL;
-    int need = 0;
-    pthread_mutex_lock(&p->mu);
-    if (state == CHIME_TASK_REARMING &&
-        chime__task_state(t) == CHIME_TASK_REARMING) {
-        chime__requeue_locked(p, t, t->run_deadline, &garbage);
-        need = (t->flags & CHIME_TF_INHEAP) && chime__need_worker_locked(p);
-    } else {
-        CHIME_ASSERT(chime__state_is_final(chime__task_state(t)));
-        chime__drop_locked(t, &garbage);
-    }
-    chime__loop_tasks_sub(p, 1);
-    chime__try_terminate_locked(p);
-    pthread_mutex_unlock(&p->mu);
-    chime__free_garbage(garbage);
-    chime__spawn_for_requeued(p, need);
 }
 
 /* The common case settled without the pool lock: a one-shot that returned
@@ -225,12 +197,25 @@ settle_unlocked(struct chime_task *t, int rc, struct chime_task **freed)
     chime__task_set_state(t, CHIME_TASK_DONE);
     uint32_t old = chime__task_refs_and(t, ~CHIME_REF_POOL);
     (void)old;
-    /* Freed at the end of the batch, under loop->mu: shutdown_now may be
-     * setting the interrupt flag of the task it read from loop->current
-     * just before this thread cleared it, and it does so under that lock. */
+    /* Freed at the end of the batch, under loop->mu (into the binding's
+     * node cache): shutdown_now may be setting the interrupt flag of the
+     * task it read from loop->current just before this thread cleared it,
+     * and it does so under that lock. */
     *chime__node_link(t) = *freed;
     *freed = t;
     return true;
+}
+
+/* After loop-side drops: a shut-down pool may terminate now (asked with
+ * no binding lock held: the pool's lock comes first). */
+static void
+after_drops(struct chime_pool *p)
+{
+    if (atomic_load(&p->accepting))
+        return;
+    pthread_mutex_lock(&p->mu);
+    chime__try_terminate_locked(p);
+    pthread_mutex_unlock(&p->mu);
 }
 
 int
@@ -260,11 +245,16 @@ chime_loop_dispatch(chime_loop *l)
     l->dispatching = true;
     l->st.dispatch_calls++;
 
-    int n = 0, fast = 0;
-    struct chime_task *freed = NULL;
+    int n = 0;
+    size_t dropped = 0;
+    struct chime_task *freed = NULL, *garbage = NULL;
     while ((unsigned)n < l->batch_limit && !l->closed) {
-        /* Take a batch in one critical section; each task is started (or
-         * found taken away) through its slot and a CAS from BATCHED. */
+        /* What is due joins the ring (in due order, behind what is there);
+         * then a batch is taken in one critical section; each task is
+         * started (or found taken away) through its slot and a CAS from
+         * BATCHED. */
+        if (l->timers.len != 0 || l->armed != INT64_MAX)
+            chime__timers_due_locked(l, chime__pool_now(p), &garbage);
         uint32_t want = l->batch_limit - (unsigned)n;
         if (want > CHIME_LOOP_BATCH)
             want = CHIME_LOOP_BATCH;
@@ -283,15 +273,21 @@ chime_loop_dispatch(chime_loop *l)
             break;
         l->batch_n = k;
         pthread_mutex_unlock(&l->mu);
+        chime__free_garbage(garbage);
+        garbage = NULL;
 
-        int ran = 0;
+        int ran = 0, fast = 0;
         for (uint32_t i = 0; i < k; i++) {
             struct chime_task *t = chime__slot_claim(&l->batch[i]);
             if (t == NULL)
                 continue; /* taken away before it started */
             int8_t exp = CHIME_TASK_BATCHED;
             if (!chime__task_cas_state(t, &exp, CHIME_TASK_RUNNING)) {
-                stolen(p, t, exp);
+                pthread_mutex_lock(&l->mu);
+                size_t before = l->tasks;
+                chime__loop_stolen_locked(l, t, exp, &garbage);
+                dropped += before - l->tasks;
+                pthread_mutex_unlock(&l->mu);
                 continue;
             }
             atomic_store_explicit(&l->current, t, memory_order_relaxed);
@@ -302,19 +298,11 @@ chime_loop_dispatch(chime_loop *l)
             if (settle_unlocked(t, rc, &freed)) {
                 fast++;
             } else {
-                struct chime_task *garbage = NULL;
-                pthread_mutex_lock(&p->mu);
-                chime__settle_locked(p, t, rc, result, false, &garbage);
-                /* Requeued (periodic, re-armed): some worker must hand it
-                 * over again when it is due. */
-                int need = (t->flags & CHIME_TF_INHEAP) &&
-                           chime__need_worker_locked(p);
-                /* It left the ring when it started; it counts no longer. */
-                chime__loop_tasks_sub(p, 1);
-                chime__try_terminate_locked(p);
-                pthread_mutex_unlock(&p->mu);
-                chime__free_garbage(garbage);
-                chime__spawn_for_requeued(p, need);
+                pthread_mutex_lock(&l->mu);
+                size_t before = l->tasks;
+                chime__loop_settle_locked(l, t, rc, result, &garbage);
+                dropped += before - l->tasks;
+                pthread_mutex_unlock(&l->mu);
             }
             ran++;
         }
@@ -322,37 +310,32 @@ chime_loop_dispatch(chime_loop *l)
         pthread_mutex_lock(&l->mu);
         l->batch_n = 0;
         l->st.dispatched += (uint64_t)ran;
+        l->pst.completed += (uint64_t)fast;
+        CHIME_ASSERT(l->tasks >= (size_t)fast);
+        l->tasks -= (size_t)fast;
+        dropped += (size_t)fast;
         n += ran;
         while (freed) {
             struct chime_task *f = freed;
             freed = *chime__node_link(f);
-            bool poolref = atomic_load_explicit(&f->refs,
-                                                memory_order_relaxed) &
-                           CHIME_REF_POOLREF;
-            if (!poolref && l->ncache < CACHE_MAX) {
-                *chime__node_link(f) = l->cache;
-                l->cache = f;
-                l->ncache++;
-                chime__node_freed(f);
-            } else {
-                chime__task_free(f);
-            }
+            chime__loop_free_locked(l, f);
         }
     }
-    l->fast_completed += fast;
-    chime__ready_drain_locked(l);
+    if (!l->closed) {
+        /* Work left (the batch limit stopped us): come back. Else quiet,
+         * with the timerfd set for the earliest timer. */
+        if (l->live != 0 || (l->timers.len != 0 &&
+                             l->timers.slots[0].deadline <= chime__pool_now(p)))
+            chime__ready_signal_locked(l);
+        else
+            chime__ready_drain_locked(l);
+        chime__timers_arm_locked(l);
+    }
     l->dispatching = false;
     pthread_mutex_unlock(&l->mu);
-    /* Fast-path tasks leave the count once per dispatch, not once each: the
-     * count is shared with every producer. Only a shut-down pool can be
-     * waiting for it to reach zero. */
-    if (fast != 0 &&
-        chime__loop_tasks_sub(p, (size_t)fast) == (size_t)fast &&
-        !atomic_load(&p->accepting)) {
-        pthread_mutex_lock(&p->mu);
-        chime__try_terminate_locked(p);
-        pthread_mutex_unlock(&p->mu);
-    }
+    chime__free_garbage(garbage);
+    if (dropped != 0)
+        after_drops(p);
     return n;
 }
 
@@ -366,10 +349,10 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
     if (chime__forked(l->fork_gen))
         return -ECHILD;
     struct chime_pool *p = l->pool;
-    /* Counted before looking at `accepting`; shutdown stores `accepting`
-     * before it reads the count (both seq_cst): either this post sees the
-     * shutdown and is rejected, or termination sees this post and waits
-     * for it to run. */
+    /* Counted before looking at `accepting`, until the binding counts it;
+     * shutdown stores `accepting` before termination reads the count (both
+     * seq_cst): either this post sees the shutdown and is rejected, or
+     * termination sees this post and waits for it to run. */
     atomic_fetch_add(&p->loop_tasks, 1);
     if (!atomic_load(&p->accepting)) {
         chime__loop_tasks_sub(p, 1);
@@ -392,55 +375,37 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
     }
 
     pthread_mutex_lock(&l->mu);
-    if (l->cache == NULL && !l->closed) {
-        /* Refill the binding's node cache from the pool's slab, without
-         * holding both locks in the wrong order. */
-        pthread_mutex_unlock(&l->mu);
-        struct chime_task *list = NULL;
-        unsigned n = 0;
-        pthread_mutex_lock(&p->mu);
-        for (; n < CACHE_REFILL; n++) {
-            struct chime_task *t = chime__slab_alloc_locked(&p->slab);
-            if (t == NULL)
-                break;
-            *chime__node_link(t) = list;
-            list = t;
-        }
-        pthread_mutex_unlock(&p->mu);
-        pthread_mutex_lock(&l->mu);
-        while (list) {
-            struct chime_task *t = list;
-            list = *chime__node_link(t);
-            *chime__node_link(t) = l->cache;
-            l->cache = t;
-            l->ncache++;
-        }
-    }
-    int rc = l->closed ? -ESHUTDOWN : (l->cache ? 0 : -ENOMEM);
-    struct chime_task *t = NULL;
+    struct chime_task *t = l->closed ? NULL : chime__loop_alloc_locked(l);
+    struct chime_task *garbage = NULL;
+    int rc = l->closed ? -ESHUTDOWN : (t ? 0 : -ENOMEM);
     if (rc == 0) {
-        t = l->cache;
-        l->cache = *chime__node_link(t);
-        l->ncache--;
-        chime__node_reused(t);
         chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, 0, out != NULL);
         t->loop_id = l->id;
+        /* Timers due before this post run before it: into the ring first
+         * (a clock read, only for a binding that has timers). */
+        if (l->timers.len != 0)
+            chime__timers_due_locked(l, chime__pool_now(p), &garbage);
         rc = chime__ready_push_locked(l, t, 0);
-        if (rc != 0) {
-            *chime__node_link(t) = l->cache;
-            l->cache = t;
-            l->ncache++;
+        if (rc == 0) {
+            l->tasks++;
+        } else {
+            atomic_store_explicit(&t->refs, 0, memory_order_relaxed);
+            chime__loop_free_locked(l, t);
         }
+    } else if (t != NULL) {
+        chime__loop_free_locked(l, t);
+        t = NULL;
     }
     pthread_mutex_unlock(&l->mu);
+    chime__free_garbage(garbage);
+    chime__loop_tasks_sub(p, 1);
+    if (!atomic_load(&p->accepting)) {
+        /* Termination may have looked while this post was counted. */
+        pthread_mutex_lock(&p->mu);
+        chime__try_terminate_locked(p);
+        pthread_mutex_unlock(&p->mu);
+    }
     if (rc != 0) {
-        chime__loop_tasks_sub(p, 1);
-        if (!atomic_load(&p->accepting)) {
-            /* Termination may have looked while this post was counted. */
-            pthread_mutex_lock(&p->mu);
-            chime__try_terminate_locked(p);
-            pthread_mutex_unlock(&p->mu);
-        }
         if (t != NULL && out != NULL)
             chime__pool_unref(p); /* taken by task_init for the handle */
         return rc;
@@ -497,7 +462,11 @@ chime_loop_get_stats(chime_loop *l, chime_loop_stats *out)
         return -ECHILD;
     pthread_mutex_lock(&l->mu);
     *out = l->st;
-    out->ready = l->live;
+    /* Ready: in the ring, or due and still among the timers (a dispatch
+     * moves them). */
+    out->ready = l->live + chime__timers_due_count_locked(
+                               l, chime__pool_now(l->pool));
+    out->timers = l->timers.len - l->timers.lazy;
     pthread_mutex_unlock(&l->mu);
     return 0;
 }

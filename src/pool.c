@@ -2,11 +2,12 @@
 /* The pool: creation, settings, queue inspection, statistics.
  *
  * Design notes
- * - One mutex (pool->mu) guards the heap, every task's state transitions,
- *   the run state and the counters. User callbacks and hooks never run with
+ * - One mutex (pool->mu) guards the heap, every pool task's state
+ *   transitions, the run state and the counters; a loop task belongs to
+ *   its binding and moves under the binding's mutex only (timers.c). User callbacks and hooks never run with
  *   it held.
- * - Lock order: pool->mu, then a binding's loop->mu (a worker handing a due
- *   task over, cancel and re-arm of a loop task hold both); never the
+ * - Lock order: pool->mu, then a binding's loop->mu (shutdown, close,
+ *   purge, stats and termination walk the bindings); never the
  *   other way round.
  * - The pool's files and the order of their calls: pool.h.
  */
@@ -31,20 +32,6 @@ chime_pool_options_init(chime_pool_options *o)
     o->execute_delayed_after_shutdown = true;
     o->continue_periodic_after_shutdown = false;
     o->remove_on_cancel = true;
-}
-
-static int
-init_cond(pthread_cond_t *cv)
-{
-    pthread_condattr_t a;
-    int rc = pthread_condattr_init(&a);
-    if (rc)
-        return rc;
-    rc = pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    if (rc == 0)
-        rc = pthread_cond_init(cv, &a);
-    pthread_condattr_destroy(&a);
-    return rc;
 }
 
 int
@@ -77,7 +64,7 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     pthread_cond_t *cvs[] = {&p->leader_cv, &p->follower_cv, &p->done_cv,
                              &p->term_cv};
     for (size_t i = 0; i < sizeof(cvs) / sizeof(cvs[0]); i++) {
-        rc = init_cond(cvs[i]);
+        rc = chime__cond_init(cvs[i]);
         if (rc) {
             while (i-- > 0)
                 pthread_cond_destroy(cvs[i]);
@@ -202,7 +189,7 @@ chime_pool_threads(chime_pool *p)
 }
 
 static int
-set_policy(chime_pool *p, bool *field, bool on)
+set_policy(chime_pool *p, _Atomic bool *field, bool on)
 {
     if (p == NULL)
         return -EINVAL;
@@ -219,7 +206,7 @@ set_policy(chime_pool *p, bool *field, bool on)
 }
 
 static bool
-get_policy(chime_pool *p, const bool *field)
+get_policy(chime_pool *p, const _Atomic bool *field)
 {
     if (p == NULL)
         return false;
@@ -283,6 +270,18 @@ chime_pool_clock_changed(chime_pool *p)
         return -ECHILD;
     pthread_mutex_lock(&p->mu);
     chime__new_head_locked(p);
+    /* Bindings have no timerfd with a custom clock: each dispatch looks
+     * at its timers against the new time. */
+    struct chime_list *n;
+    chime__list_for_each(n, &p->loops)
+    {
+        struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
+        pthread_mutex_lock(&l->mu);
+        if (chime__theap_peek_deadline(&l->timers) <= chime__pool_now(p) &&
+            chime__timers_due_count_locked(l, chime__pool_now(p)) != 0)
+            chime__ready_signal_locked(l);
+        pthread_mutex_unlock(&l->mu);
+    }
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
@@ -293,23 +292,19 @@ chime_pool_now(chime_pool *p)
     return p ? chime__pool_now(p) : 0;
 }
 
-/* Is t in this pool's heap? pool->mu held (the flag moves only under it). */
+/* Is t queued? Its lock held (pool->mu, or its binding's for a loop
+ * task): in a heap and not lazily cancelled, or, for a loop task, due
+ * and waiting for its loop (in the ready ring, or taken by a dispatch
+ * that has not started it), which reports PENDING too. */
 static bool
-in_heap_locked(struct chime_task *t)
+queued_locked(struct chime_task *t)
 {
-    CHIME_ASSERT_HELD(&t->pool->mu);
-    return (t->flags & (CHIME_TF_INHEAP | CHIME_TF_LAZY)) == CHIME_TF_INHEAP;
-}
-
-/* Is t a loop task that is due and waiting for its loop (in the ready
- * ring, or taken by a dispatch that has not started it)? It reports
- * PENDING, so for contains and remove it is queued too. */
-static bool
-awaiting_loop(struct chime_task *t)
-{
+    if ((t->flags & (CHIME_TF_INHEAP | CHIME_TF_LAZY)) == CHIME_TF_INHEAP)
+        return true;
     int st = chime__task_state(t);
-    return st == CHIME_TASK_READY || st == CHIME_TASK_BATCHED ||
-           st == CHIME_TASK_REARMING;
+    return t->loop_id != 0 &&
+           (st == CHIME_TASK_READY || st == CHIME_TASK_BATCHED ||
+            st == CHIME_TASK_REARMING);
 }
 
 int
@@ -323,24 +318,38 @@ chime_pool_remove(chime_pool *p, chime_task *t)
         return -ENOENT;
     struct chime_task *garbage = NULL;
     int rc = -ENOENT;
+    struct chime_loop *l = chime__task_loop(t);
+    if (l != NULL) {
+        /* Its states move under its binding's lock only. */
+        pthread_mutex_lock(&l->mu);
+        if (!chime__state_is_final(chime__task_state(t)) &&
+            (t->flags & CHIME_TF_INHEAP)) {
+            chime__theap_remove(&l->timers, t);
+            chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED,
+                                        -ECANCELED);
+            chime__loop_drop_locked(l, t, &garbage);
+            rc = 0;
+        } else if (!chime__state_is_final(chime__task_state(t)) &&
+                   queued_locked(t)) {
+            rc = chime__loop_cancel_locked(l, t, 0, true, &garbage);
+        }
+        pthread_mutex_unlock(&l->mu);
+        if (rc == 0 && !atomic_load(&p->accepting)) {
+            pthread_mutex_lock(&p->mu);
+            chime__try_terminate_locked(p);
+            pthread_mutex_unlock(&p->mu);
+        }
+        chime__free_garbage(garbage);
+        return rc;
+    }
     pthread_mutex_lock(&p->mu);
-    if (in_heap_locked(t)) {
+    if (queued_locked(t)) {
         chime__heap_remove(&p->heap, t);
         if (!chime__state_is_final(chime__task_state(t)))
             chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
         chime__drop_locked(t, &garbage);
         chime__try_terminate_locked(p);
         rc = 0;
-    } else if (t->loop_id != 0 && awaiting_loop(t)) {
-        /* A non-final loop task's binding is open (closing cancels them
-         * all under pool->mu). Its state also moves under the binding's
-         * lock: look again holding it. */
-        struct chime_loop *l = chime__task_loop(t);
-        pthread_mutex_lock(&l->mu);
-        if (awaiting_loop(t))
-            rc = chime__cancel_locked(p, t, 0, true, &garbage);
-        pthread_mutex_unlock(&l->mu);
-        chime__try_terminate_locked(p);
     }
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(garbage);
@@ -354,9 +363,11 @@ chime_pool_contains(chime_pool *p, chime_task *t)
         return false;
     if (CHIME_FORKED(p))
         return false;
-    pthread_mutex_lock(&p->mu);
-    bool r = in_heap_locked(t) || (t->loop_id != 0 && awaiting_loop(t));
-    pthread_mutex_unlock(&p->mu);
+    struct chime_loop *l = chime__task_loop(t);
+    pthread_mutex_t *mu = l ? &l->mu : &p->mu;
+    pthread_mutex_lock(mu);
+    bool r = queued_locked(t);
+    pthread_mutex_unlock(mu);
     return r;
 }
 
@@ -381,6 +392,18 @@ chime_pool_purge(chime_pool *p)
     uint32_t n = chime__heap_filter(&p->heap, is_cancelled, NULL, &removed);
     n -= lazy - p->heap.lazy; /* those were out of the queue already */
     chime__cancel_list_locked(p, removed, &garbage); /* all cancelled */
+    struct chime_list *ln;
+    chime__list_for_each(ln, &p->loops)
+    {
+        struct chime_loop *l = chime__container_of(ln, struct chime_loop, link);
+        pthread_mutex_lock(&l->mu);
+        removed = NULL;
+        uint32_t lz = l->timers.lazy;
+        n += chime__timers_take_locked(l, is_cancelled, NULL, &removed);
+        n -= lz - l->timers.lazy;
+        chime__loop_cancel_list_locked(l, removed, &garbage);
+        pthread_mutex_unlock(&l->mu);
+    }
     chime__try_terminate_locked(p);
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(garbage);
@@ -404,7 +427,11 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
         {
             struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
             pthread_mutex_lock(&l->mu);
-            out->completed += l->fast_completed;
+            out->pending += l->timers.len - l->timers.lazy;
+            out->submitted += l->pst.submitted;
+            out->completed += l->pst.completed;
+            out->cancelled += l->pst.cancelled;
+            out->failed += l->pst.failed;
             pthread_mutex_unlock(&l->mu);
         }
     }

@@ -10,6 +10,7 @@
  *   submit.c    submission and the rejection policies
  *   task.c      handles: references, readers, wait, sleep
  *   worker.c    worker threads: take, run, settle
+ *   timers.c    a binding's own timers, under the binding's lock only
  *   complete.c  completion, the pool's references, termination
  *   context.c   which pool's code this thread runs; fork detection
  */
@@ -22,6 +23,8 @@
 #include "ready.h"
 #include "slab.h"
 #include "task.h"
+
+#define CHIME_LOOP_CHUNK 256u
 
 /* Pool run states, in order; they only move forward. */
 enum {
@@ -50,13 +53,17 @@ struct chime_pool {
     /* Everything below is guarded by mu unless marked otherwise. */
     chime_heap heap;
     uint32_t next_seq;  /* wraps; compared with wrap-around */
-    int run_state;
+    /* Written under mu; atomic so that the loop side (timers.c), which
+     * never takes mu, reads it too. */
+    _Atomic int run_state;
     /* The task slab (slab.c): nodes handed out under mu, freed from any
      * thread without it; chunks freed with the pool's memory. */
     struct chime_slab slab;
-    /* Bindings by id (task->loop_id - 1); slots are never reused. */
-    struct chime_loop **loop_table;
-    uint32_t loop_count, loop_cap;
+    /* Bindings by id (task->loop_id - 1), in chunks of
+     * CHIME_LOOP_CHUNK that never move (a task finds its binding without
+     * the pool's lock); ids are never reused. */
+    struct chime_loop **loop_dir[(UINT16_MAX + 1) / CHIME_LOOP_CHUNK];
+    uint32_t loop_count;
     struct chime_worker *leader; /* the one timed waiter, or NULL */
     struct chime_list workers; /* started workers (struct chime_worker) */
     unsigned core;      /* core thread setting */
@@ -77,9 +84,8 @@ struct chime_pool {
     unsigned fork_gen;        /* chime__fork_gen at creation */
     /* Mirror of run_state == RUNNING for lock-free readers (posts). */
     _Atomic bool accepting;
-    /* Loop tasks in a ready ring or running on a loop thread: accepted
-     * work that termination must wait for. Atomic because posts add to it
-     * without the pool lock (see chime_loop_post). */
+    /* Posts in flight: counted before a post looks at `accepting`, until
+     * its binding counts it (loop->tasks). Termination waits for both. */
     _Atomic size_t loop_tasks;
 
     chime_pool_stats st; /* counters; pending/running/threads derived */
@@ -96,9 +102,9 @@ struct chime_pool {
     chime_reject_policy reject_policy;
     chime_reject_fn on_reject;
     void *reject_ctx;
-    bool execute_delayed;
-    bool continue_periodic;
-    bool remove_on_cancel;
+    _Atomic bool execute_delayed; /* written under mu, read anywhere */
+    _Atomic bool continue_periodic;
+    _Atomic bool remove_on_cancel;
     chime_clock_fn clock;
     void *clock_ctx;
 
@@ -135,11 +141,14 @@ chime__undefer_locked(chime_heap *h, struct chime_task *t)
     return true;
 }
 
-/* The binding of a loop task, or NULL. */
+/* The binding of a loop task, or NULL. No lock: its chunk never moves. */
 static inline struct chime_loop *
 chime__task_loop(const struct chime_task *t)
 {
-    return t->loop_id ? t->pool->loop_table[t->loop_id - 1] : NULL;
+    if (t->loop_id == 0)
+        return NULL;
+    unsigned i = t->loop_id - 1u;
+    return t->pool->loop_dir[i / CHIME_LOOP_CHUNK][i % CHIME_LOOP_CHUNK];
 }
 
 /* fork detection: bumped in every child by a pthread_atfork handler. */
@@ -231,6 +240,61 @@ void chime__try_terminate_locked(struct chime_pool *p);
 void chime__pool_ref(struct chime_pool *p);
 void chime__pool_unref(struct chime_pool *p);
 
+/* ---- timers.c: a binding's own timers (loop->mu only) ----------------- */
+/* A free node from the binding's cache (refilled from the pool's slab,
+ * which drops and re-takes l->mu: re-check what was read under it), or
+ * NULL (out of memory). */
+struct chime_task *chime__loop_alloc_locked(struct chime_loop *l);
+/* Returns a node nobody holds to the binding's cache (or the slab). */
+void chime__loop_free_locked(struct chime_loop *l, struct chime_task *t);
+/* Pushes a new loop task (accepted: counted in l->tasks). 0 or -ENOMEM. */
+int chime__timers_submit_locked(struct chime_loop *l, struct chime_task *t,
+                                int64_t deadline, int64_t now);
+/* Moves every due timer into the ring (reading the timerfd if it fired);
+ * touched ones move on instead. Cancelled ones are dropped onto *garbage. */
+void chime__timers_due_locked(struct chime_loop *l, int64_t now,
+                              struct chime_task **garbage);
+/* How many timers are due at now (not cancelled, not touched past it). */
+size_t chime__timers_due_count_locked(struct chime_loop *l, int64_t now);
+/* Arms the timerfd for the earliest timer if it is set for later. */
+void chime__timers_arm_locked(struct chime_loop *l);
+/* The deadline of a queued (PENDING) loop task, touches included. */
+int64_t chime__timers_deadline_locked(struct chime_loop *l,
+                                      struct chime_task *t);
+/* Takes every timer for which drop() is non-zero onto *list. */
+uint32_t chime__timers_take_locked(struct chime_loop *l,
+                                   int (*drop)(struct chime_task *, int64_t,
+                                               void *),
+                                   void *ctx, struct chime_task **list);
+/* Completion of a loop task under l->mu (counters, waking its waiters). */
+void chime__loop_complete_locked(struct chime_loop *l, struct chime_task *t,
+                                 int state, int err);
+void chime__loop_completed_locked(struct chime_loop *l, struct chime_task *t,
+                                  int state);
+/* The binding lets go of t: l->tasks--, the pool bit dropped; a task to
+ * free goes on *garbage. */
+void chime__loop_drop_locked(struct chime_loop *l, struct chime_task *t,
+                             struct chime_task **garbage);
+/* Completes as cancelled (if not completed) and drops each task on list. */
+void chime__loop_cancel_list_locked(struct chime_loop *l,
+                                    struct chime_task *list,
+                                    struct chime_task **garbage);
+/* Settles a loop task whose callback returned rc. */
+void chime__loop_settle_locked(struct chime_loop *l, struct chime_task *t,
+                               int rc, void *result,
+                               struct chime_task **garbage);
+/* A batched task whose CAS from BATCHED found state (CANCELLED: drop it;
+ * REARMING: back to the timers). */
+void chime__loop_stolen_locked(struct chime_loop *l, struct chime_task *t,
+                               int state, struct chime_task **garbage);
+/* Cancel and re-arm of a loop task that has not completed (see
+ * chime__cancel_locked for queued_only). */
+int chime__loop_cancel_locked(struct chime_loop *l, struct chime_task *t,
+                              unsigned flags, bool queued_only,
+                              struct chime_task **garbage);
+int chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
+                             int64_t delay_ns, struct chime_task **garbage);
+
 /* ---- worker.c: worker threads ------------------------------------------ */
 /* May this queued task still run in the current run state? */
 bool chime__can_run_locked(struct chime_pool *p, struct chime_task *t,
@@ -241,20 +305,12 @@ int chime__need_worker_locked(struct chime_pool *p);
 /* Starts one worker for a slot already reserved in nthreads; on failure
  * the slot is given back. Returns 0 or a negative errno. No lock held. */
 int chime__spawn(struct chime_pool *p);
-/* Starts the worker that a task requeued outside a worker needs; need is
- * what chime__need_worker_locked() said under the lock. No lock held. */
-void chime__spawn_for_requeued(struct chime_pool *p, int need);
 /* Settles a task whose callback just returned rc (lock held): completes it
  * or requeues it (periodic, re-armed). from_worker: the caller is a worker
  * that will look at the heap itself, so a new head needs no extra wake-up. */
 void chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
                           void *result, bool from_worker,
                           struct chime_task **garbage);
-/* Puts a task that left the heap (a loop task re-armed or requeued from
- * the loop side) back at deadline, or cancels it if the run state or its
- * closed binding forbids; lock held. */
-void chime__requeue_locked(struct chime_pool *p, struct chime_task *t,
-                           int64_t deadline, struct chime_task **garbage);
 
 /* ---- task.c: handles ---------------------------------------------------- */
 /* Initialises a fresh task (state PENDING, the pool bit set). */

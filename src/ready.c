@@ -31,12 +31,15 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "clock.h"
 #include "heap.h"
 #include "ready.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #define RING_MIN_CAP 64u
@@ -59,6 +62,18 @@ ring_grow(struct chime_loop *l)
 }
 
 static void
+close_fds(struct chime_loop *l)
+{
+    if (l->pfd >= 0)
+        close(l->pfd);
+    if (l->tfd >= 0)
+        close(l->tfd);
+    if (l->efd >= 0)
+        close(l->efd);
+    l->pfd = l->tfd = l->efd = -1;
+}
+
+static void
 signal_locked(struct chime_loop *l)
 {
     if (l->signalled)
@@ -76,16 +91,31 @@ signal_locked(struct chime_loop *l)
 int
 chime__ready_open(struct chime_loop *l)
 {
+    l->efd = l->tfd = l->pfd = -1;
+    l->armed = INT64_MAX;
     int rc = pthread_mutex_init(&l->mu, NULL);
     if (rc != 0)
         return -rc;
-    l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (l->efd < 0) {
+    rc = chime__cond_init(&l->done_cv);
+    if (rc != 0) {
+        pthread_mutex_destroy(&l->mu);
+        return -rc;
+    }
+    struct epoll_event ev = {.events = EPOLLIN};
+    if ((l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
+        (l->tfd = timerfd_create(CLOCK_MONOTONIC,
+                                 TFD_NONBLOCK | TFD_CLOEXEC)) < 0 ||
+        (l->pfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+        epoll_ctl(l->pfd, EPOLL_CTL_ADD, l->efd, &ev) != 0 ||
+        epoll_ctl(l->pfd, EPOLL_CTL_ADD, l->tfd, &ev) != 0) {
         rc = -errno;
+        close_fds(l);
+        pthread_cond_destroy(&l->done_cv);
         pthread_mutex_destroy(&l->mu);
         return rc;
     }
     chime__list_init(&l->link);
+    chime__theap_init(&l->timers);
     CHIME_HB_ATOMIC(&l->current);
     CHIME_HB_ATOMIC(&l->batch);
     return 0;
@@ -95,29 +125,66 @@ void
 chime__ready_close_locked(struct chime_loop *l)
 {
     CHIME_ASSERT_HELD(&l->mu);
-    CHIME_ASSERT(l->closed && l->live == 0);
+    CHIME_ASSERT(l->closed && l->live == 0 && l->timers.len == 0);
     l->head = l->tail = 0;
     chime__free(l->ring);
     l->ring = NULL;
     l->cap = 0;
-    close(l->efd);
-    l->efd = -1;
+    chime__theap_free(&l->timers);
+    close_fds(l);
     l->signalled = false;
+    l->armed = INT64_MAX;
 }
 
 void
 chime__ready_free(struct chime_loop *l)
 {
-    if (l->efd >= 0)
-        close(l->efd); /* never opened for use (chime_loop_new failed) */
+    close_fds(l); /* never opened for use (chime_loop_new failed) */
+    pthread_cond_destroy(&l->done_cv);
     pthread_mutex_destroy(&l->mu);
     chime__free(l->ring);
-    chime__free(l);
+    chime__theap_free(&l->timers);
+    chime__free(l); /* its cached nodes live in the pool's slab chunks */
+}
+
+void
+chime__ready_arm_locked(struct chime_loop *l, int64_t deadline)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    if (l->tfd < 0)
+        return;
+    struct itimerspec its = {.it_value = chime__abs_timespec(deadline)};
+    if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+        its.it_value.tv_nsec = 1; /* zero would disarm */
+    timerfd_settime(l->tfd, TFD_TIMER_ABSTIME, &its, NULL);
+    l->armed = deadline;
+    l->st.timer_arms++;
+}
+
+void
+chime__ready_expired_locked(struct chime_loop *l)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    uint64_t n;
+    ssize_t r;
+    do
+        r = read(l->tfd, &n, sizeof(n));
+    while (r < 0 && errno == EINTR);
+    /* EAGAIN: armed for now but not expired yet (the kernel's expiry
+     * lags our clock read by a little); the caller re-arms for the head,
+     * which is in the past, so it expires at once. */
+    l->armed = INT64_MAX;
+}
+
+void
+chime__ready_signal_locked(struct chime_loop *l)
+{
+    signal_locked(l);
 }
 
 int
-chime__ready_push_locked(struct chime_loop *l, struct chime_task *t,
-                         int64_t deadline)
+chime__ready_append_locked(struct chime_loop *l, struct chime_task *t,
+                           int64_t deadline)
 {
     CHIME_ASSERT_HELD(&l->mu);
     if (l->tail - l->head == l->cap) {
@@ -132,17 +199,16 @@ chime__ready_push_locked(struct chime_loop *l, struct chime_task *t,
     chime__task_set_state(t, CHIME_TASK_READY);
     l->tail++;
     l->live++;
-    signal_locked(l);
     return 0;
 }
 
 int
-chime__ready_hand_over(struct chime_loop *l, struct chime_task *t,
-                       int64_t deadline)
+chime__ready_push_locked(struct chime_loop *l, struct chime_task *t,
+                         int64_t deadline)
 {
-    pthread_mutex_lock(&l->mu);
-    int rc = l->closed ? -ECANCELED : chime__ready_push_locked(l, t, deadline);
-    pthread_mutex_unlock(&l->mu);
+    int rc = chime__ready_append_locked(l, t, deadline);
+    if (rc == 0)
+        signal_locked(l);
     return rc;
 }
 

@@ -3,6 +3,7 @@
 #ifndef CHIME_READY_H
 #define CHIME_READY_H
 
+#include "heap.h"
 #include "list.h"
 #include "task.h"
 
@@ -42,12 +43,29 @@ struct chime_loop {
     unsigned batch_limit;     /* immutable */
     unsigned fork_gen;        /* immutable */
     chime_loop_stats st;      /* mu */
-    uint64_t fast_completed;  /* mu: runs settled without the pool lock,
-                                 added to the pool's `completed` stat */
     struct chime_list link;   /* pool->mu: pool->loops or pool->closed_loops */
     uint16_t id;              /* immutable: slot in pool->loop_table + 1 */
-    struct chime_task *cache; /* mu: free task nodes for posts */
+    struct chime_task *cache; /* mu: free task nodes for posts and
+                                 timers */
     unsigned ncache;          /* mu */
+
+    /* The binding's own timers (timers.c): its loop tasks that are not
+     * due yet, never in the pool's heap. All under mu. */
+    chime_theap timers;
+    uint32_t next_seq;        /* FIFO among equal deadlines */
+    size_t tasks;             /* accepted loop tasks not completed: in
+                                 timers, ring or batch, or running;
+                                 termination waits for every binding's */
+    int tfd;                  /* timerfd armed for the earliest timer, or
+                                 -1 (custom clock, or closed) */
+    int pfd;                  /* the readiness fd: an epoll fd holding
+                                 efd and tfd (-1 once closed) */
+    int64_t armed;            /* what tfd is armed for (INT64_MAX: not) */
+    pthread_cond_t done_cv;   /* completion of this binding's tasks */
+    unsigned waiters;         /* threads waiting on done_cv */
+    struct {                  /* counters folded into the pool's stats */
+        uint64_t submitted, completed, cancelled, failed;
+    } pst;
 };
 
 /* Claims a batch slot: whoever exchanges it to NULL first owns the task. */
@@ -71,14 +89,21 @@ int chime__ready_open(struct chime_loop *l);
 void chime__ready_close_locked(struct chime_loop *l);
 /* Frees a closed binding's record. */
 void chime__ready_free(struct chime_loop *l);
-/* The pool's one call: appends a due task (deadline: when it was due) and
- * makes the fd readable. Takes l->mu. Returns 0, -ECANCELED (the binding
- * is closed) or -ENOMEM (the ring could not grow). */
-int chime__ready_hand_over(struct chime_loop *l, struct chime_task *t,
-                           int64_t deadline);
-/* The same with l->mu held (posts). */
+/* Appends a due task (deadline: when it was due; 0 for a post) and makes
+ * the fd readable. Returns 0 or -ENOMEM (the ring could not grow). */
 int chime__ready_push_locked(struct chime_loop *l, struct chime_task *t,
                              int64_t deadline);
+/* Arms the timerfd for deadline (absolute, monotonic clock). */
+void chime__ready_arm_locked(struct chime_loop *l, int64_t deadline);
+/* The timerfd's deadline has passed: reads it (not readable any more) and
+ * marks it unarmed. */
+void chime__ready_expired_locked(struct chime_loop *l);
+/* Makes the fd readable (the eventfd, once per quiet->signalled). */
+void chime__ready_signal_locked(struct chime_loop *l);
+/* The same without touching the fd: a dispatch moving due timers, which
+ * signals at its end if it leaves work behind. */
+int chime__ready_append_locked(struct chime_loop *l, struct chime_task *t,
+                               int64_t deadline);
 /* Takes a READY task out of the ring (a tombstone stays). */
 void chime__ready_unqueue_locked(struct chime_loop *l, struct chime_task *t);
 /* The next ready task and its deadline, or NULL (ring empty). */

@@ -44,16 +44,19 @@ chime__on_shutdown_locked(struct chime_pool *p, struct chime_task **garbage)
     struct chime_task *removed = NULL;
     chime__heap_filter(&p->heap, drop_at_shutdown, &c, &removed);
     chime__cancel_list_locked(p, removed, garbage);
-    /* Ready loop tasks are due, so only the periodic rule applies. */
-    if (!p->continue_periodic) {
-        struct chime_list *n;
-        chime__list_for_each(n, &p->loops)
-        {
-            struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
-            pthread_mutex_lock(&l->mu);
+    /* Each binding's timers by the same rule; its ready tasks are due, so
+     * only the periodic rule applies to them. */
+    struct chime_list *n;
+    chime__list_for_each(n, &p->loops)
+    {
+        struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
+        pthread_mutex_lock(&l->mu);
+        removed = NULL;
+        chime__timers_take_locked(l, drop_at_shutdown, &c, &removed);
+        chime__loop_cancel_list_locked(l, removed, garbage);
+        if (!p->continue_periodic)
             chime__cancel_ready_locked(p, l, true, garbage);
-            pthread_mutex_unlock(&l->mu);
-        }
+        pthread_mutex_unlock(&l->mu);
     }
     /* Wake everyone: idle workers with nothing left exit, and a leader
      * waiting for a task that was just dropped re-evaluates. */
@@ -85,8 +88,9 @@ chime_pool_shutdown(chime_pool *p)
  * cancelled and, if the caller asked for them, hands it back (the pool's
  * reference becomes the caller's handle) on *back; returns how many. */
 static size_t
-hand_back_locked(struct chime_pool *p, struct chime_task *list, bool give,
-                 struct chime_task **back, struct chime_task **garbage)
+hand_back_locked(struct chime_pool *p, struct chime_loop *l,
+                 struct chime_task *list, bool give, struct chime_task **back,
+                 struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&p->mu);
     size_t n = 0;
@@ -94,13 +98,24 @@ hand_back_locked(struct chime_pool *p, struct chime_task *list, bool give,
         struct chime_task *t = list;
         list = t->next;
         if (chime__state_is_final(chime__task_state(t))) {
-            chime__drop_locked(t, garbage); /* retained cancelled */
+            /* retained cancelled */
+            if (l)
+                chime__loop_drop_locked(l, t, garbage);
+            else
+                chime__drop_locked(t, garbage);
             continue;
         }
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        if (l)
+            chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED,
+                                        -ECANCELED);
+        else
+            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
         if (give)
             chime_task_retain(t);
-        chime__drop_locked(t, garbage);
+        if (l)
+            chime__loop_drop_locked(l, t, garbage);
+        else
+            chime__drop_locked(t, garbage);
         if (give) {
             t->next = *back;
             *back = t;
@@ -138,7 +153,8 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
         p->run_state = CHIME_POOL_STOP;
     atomic_store(&p->accepting, false);
     chime__heap_filter(&p->heap, drop_all, NULL, &removed);
-    n += hand_back_locked(p, removed, tasks != NULL, &never_ran, &garbage);
+    n += hand_back_locked(p, NULL, removed, tasks != NULL, &never_ran,
+                          &garbage);
     struct chime_list *ln;
     chime__list_for_each(ln, &p->loops)
     {
@@ -147,11 +163,15 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
         struct chime_loop *l = chime__container_of(ln, struct chime_loop, link);
         pthread_mutex_lock(&l->mu);
         struct chime_task *taken = NULL;
-        chime__loop_tasks_sub(p, chime__ready_take_locked(l, false, &taken));
-        n += hand_back_locked(p, taken, tasks != NULL, &never_ran, &garbage);
+        chime__timers_take_locked(l, drop_all, NULL, &taken);
+        chime__ready_take_locked(l, false, &taken);
+        n += hand_back_locked(p, l, taken, tasks != NULL, &never_ran,
+                              &garbage);
         struct chime_task *cur = atomic_load(&l->current);
         if (cur)
             chime__task_interrupt(cur);
+        if (l->waiters)
+            pthread_cond_broadcast(&l->done_cv); /* sleepers: interrupted */
         pthread_mutex_unlock(&l->mu);
     }
     struct chime_list *wn;
@@ -254,11 +274,6 @@ chime_pool_destroy(chime_pool *p)
     pthread_mutex_unlock(&p->mu);
     if (join)
         pthread_join(last, NULL);
-    while (!chime__list_empty(&p->closed_loops)) {
-        struct chime_list *n = p->closed_loops.next;
-        chime__list_remove(n);
-        chime__ready_free(chime__container_of(n, struct chime_loop, link));
-    }
     chime__heap_free(&p->heap);
     chime__pool_unref(p);
     return 0;

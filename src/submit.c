@@ -143,6 +143,68 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
     return 0;
 }
 
+/* Pending tasks against max_pending: the pool's heap and every binding's
+ * timers. pool->mu held. */
+static size_t
+pending_locked(struct chime_pool *p)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    size_t n = p->heap.len - p->heap.lazy;
+    struct chime_list *ln;
+    chime__list_for_each(ln, &p->loops)
+    {
+        struct chime_loop *l = chime__container_of(ln, struct chime_loop, link);
+        pthread_mutex_lock(&l->mu);
+        n += l->timers.len - l->timers.lazy;
+        pthread_mutex_unlock(&l->mu);
+    }
+    return n;
+}
+
+/* A loop task's submission on the fast path: the binding's lock only (its
+ * node cache, its heap). Returns 1 when the pool's rules need its lock
+ * (shut down, or a capacity to check): the slow path of chime__submit. */
+static int
+loop_submit_fast(struct chime_pool *p, struct chime_loop *l, chime_task_fn fn,
+                 void *arg, int kind, int64_t delay, int64_t period,
+                 chime_task **out)
+{
+    if (p->max_pending != 0 || !atomic_load(&p->accepting))
+        return 1;
+    pthread_mutex_lock(&l->mu);
+    struct chime_task *t = l->closed ? NULL : chime__loop_alloc_locked(l);
+    int rc;
+    if (l->closed) {
+        rc = -ESHUTDOWN; /* a closed binding refuses first */
+    } else if (t == NULL) {
+        rc = -ENOMEM;
+    } else if (!atomic_load(&p->accepting)) {
+        /* Read under l->mu: a shutdown that this submission does not see
+         * walks this binding after it (docs/model/terminate.pml). */
+        rc = 1;
+    } else {
+        chime__task_init(t, p, fn, arg, kind, period, out != NULL);
+        t->loop_id = l->id;
+        int64_t now = chime__pool_now(p);
+        rc = chime__timers_submit_locked(l, t, chime__deadline_after(now, delay),
+                                         now);
+        if (rc == 0) {
+            pthread_mutex_unlock(&l->mu);
+            if (out)
+                *out = t;
+            return 0;
+        }
+        /* Back to the cache as a bare node. */
+        atomic_store_explicit(&t->refs, 0, memory_order_relaxed);
+        if (out)
+            chime__pool_unref(p); /* taken by task_init for the handle */
+    }
+    if (t != NULL)
+        chime__loop_free_locked(l, t);
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
 int
 chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
               void *arg, int kind, int64_t delay, int64_t period,
@@ -156,6 +218,11 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
+    if (loop != NULL) {
+        int rc = loop_submit_fast(p, loop, fn, arg, kind, delay, period, out);
+        if (rc != 1)
+            return rc;
+    }
     pthread_mutex_lock(&p->mu);
     struct chime_task *t = chime__slab_alloc_locked(&p->slab);
     if (t == NULL) {
@@ -177,8 +244,7 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         int reason = 0;
         if (p->run_state != CHIME_POOL_RUNNING)
             reason = -ESHUTDOWN;
-        else if (p->max_pending &&
-                 p->heap.len - p->heap.lazy >= p->max_pending)
+        else if (p->max_pending && pending_locked(p) >= p->max_pending)
             reason = -EAGAIN;
         if (reason == 0)
             break;
@@ -191,6 +257,24 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
     }
 
     int64_t now = chime__pool_now(p);
+    if (loop != NULL) {
+        /* Accepted (the slow path: a capacity, or a race with shutdown
+         * lost by the shutdown): into its binding's timers. */
+        pthread_mutex_lock(&loop->mu);
+        int rc = chime__timers_submit_locked(
+            loop, t, chime__deadline_after(now, delay), now);
+        pthread_mutex_unlock(&loop->mu);
+        pthread_mutex_unlock(&p->mu);
+        if (rc != 0) {
+            if (out)
+                chime_task_release(t);
+            chime__task_drop_pool_ref(t);
+            return rc;
+        }
+        if (out)
+            *out = t;
+        return 0;
+    }
     t->seq = p->next_seq++;
     if (chime__heap_push(&p->heap, t, chime__deadline_after(now, delay)) !=
         0) {

@@ -38,8 +38,8 @@ chime__task_init(struct chime_task *t, struct chime_pool *pool,
     t->fn = fn;
     t->arg = arg;
     t->pool = pool;
-    t->period = period; /* also clears result */
-    t->run_deadline = 0;
+    t->period = period;
+    t->run_deadline = 0; /* also clears result */
     t->heap_index = CHIME_HEAP_NONE;
     uint32_t refs = CHIME_REF_POOL | ((uint32_t)kind << CHIME_REF_KIND_SHIFT);
     if (with_handle)
@@ -158,39 +158,50 @@ chime_task_remaining(chime_task *t)
     struct chime_pool *p = t->pool;
     if (CHIME_FORKED(p))
         return 0;
-    pthread_mutex_lock(&p->mu);
+    struct chime_loop *l = chime__task_loop(t);
+    pthread_mutex_t *mu = l ? &l->mu : &p->mu;
+    pthread_mutex_lock(mu);
     int64_t r = 0;
     int st = chime__task_state(t);
     if (!chime__state_is_final(st)) {
-        struct chime_loop *l = chime__task_loop(t);
         int64_t d;
-        if (st == CHIME_TASK_RUNNING) {
-            d = t->run_deadline; /* or its re-arm target */
-        } else if (t->flags & CHIME_TF_INHEAP) {
-            d = chime__queued_deadline(&p->heap, t);
-        } else if (l != NULL) {
-            /* In its binding's ready ring or a dispatch's batch. */
-            d = INT64_MIN;
-            pthread_mutex_lock(&l->mu);
-            int s2 = chime__task_state(t);
-            if (s2 == CHIME_TASK_READY)
-                d = l->ring[t->heap_index & (l->cap - 1)].deadline;
-            else if (s2 == CHIME_TASK_BATCHED || s2 == CHIME_TASK_REARMING)
-                d = t->run_deadline;
-            pthread_mutex_unlock(&l->mu);
-            if (d == INT64_MIN)
-                d = chime__pool_now(p);
-        } else {
-            d = chime__pool_now(p);
-        }
         int64_t now = chime__pool_now(p);
+        if (st == CHIME_TASK_RUNNING || st == CHIME_TASK_BATCHED ||
+            st == CHIME_TASK_REARMING)
+            d = t->run_deadline; /* or its re-arm target */
+        else if (st == CHIME_TASK_READY)
+            d = l->ring[t->heap_index & (l->cap - 1)].deadline;
+        else if ((t->flags & CHIME_TF_INHEAP) && l != NULL)
+            d = chime__timers_deadline_locked(l, t);
+        else if (t->flags & CHIME_TF_INHEAP)
+            d = chime__queued_deadline(&p->heap, t);
+        else
+            d = now;
         /* Saturate: deadlines live in [.., INT64_MAX], now >= 0 in
          * practice, but a custom clock may return anything. */
         if (__builtin_sub_overflow(d, now, &r))
             r = d > now ? INT64_MAX : INT64_MIN;
     }
-    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_unlock(mu);
     return r;
+}
+
+/* Where completion of t is waited for: its binding's lock and condition
+ * (a loop task completes under its binding's lock only) or its pool's. */
+static void
+wait_place(struct chime_task *t, pthread_mutex_t **mu, pthread_cond_t **cv,
+           unsigned **waiters)
+{
+    struct chime_loop *l = chime__task_loop(t);
+    if (l) {
+        *mu = &l->mu;
+        *cv = &l->done_cv;
+        *waiters = &l->waiters;
+    } else {
+        *mu = &t->pool->mu;
+        *cv = &t->pool->done_cv;
+        *waiters = &t->pool->waiters;
+    }
 }
 
 static int
@@ -231,19 +242,22 @@ chime_task_wait(chime_task *t, int64_t timeout_ns, void **result)
                       ? chime__sat_add(chime__monotonic_ns(), timeout_ns)
                       : INT64_MAX;
     struct timespec ts = chime__abs_timespec(end);
-    pthread_mutex_lock(&p->mu);
-    p->waiters++;
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+    unsigned *waiters;
+    wait_place(t, &mu, &cv, &waiters);
+    pthread_mutex_lock(mu);
+    (*waiters)++;
     while (!chime__state_is_final(st = chime__task_state(t))) {
         if (timeout_ns < 0) {
-            pthread_cond_wait(&p->done_cv, &p->mu);
-        } else if (pthread_cond_timedwait(&p->done_cv, &p->mu, &ts) ==
-                   ETIMEDOUT) {
+            pthread_cond_wait(cv, mu);
+        } else if (pthread_cond_timedwait(cv, mu, &ts) == ETIMEDOUT) {
             st = chime__task_state(t);
             break;
         }
     }
-    p->waiters--;
-    pthread_mutex_unlock(&p->mu);
+    (*waiters)--;
+    pthread_mutex_unlock(mu);
     if (!chime__state_is_final(st))
         return -ETIMEDOUT;
     return outcome(t, st, result);
@@ -260,24 +274,27 @@ chime_task_sleep(chime_task *t, int64_t ns)
     struct timespec ts =
         chime__abs_timespec(chime__sat_add(chime__monotonic_ns(), ns));
     int rc = 0;
-    pthread_mutex_lock(&p->mu);
-    p->waiters++;
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+    unsigned *waiters;
+    wait_place(t, &mu, &cv, &waiters);
+    pthread_mutex_lock(mu);
+    (*waiters)++;
     for (;;) {
         if (chime__task_interrupted(t) ||
             chime__task_state(t) == CHIME_TASK_CANCELLED) {
             rc = -EINTR;
             break;
         }
-        if (ns <= 0 ||
-            pthread_cond_timedwait(&p->done_cv, &p->mu, &ts) == ETIMEDOUT) {
+        if (ns <= 0 || pthread_cond_timedwait(cv, mu, &ts) == ETIMEDOUT) {
             if (chime__task_interrupted(t) ||
                 chime__task_state(t) == CHIME_TASK_CANCELLED)
                 rc = -EINTR;
             break;
         }
     }
-    p->waiters--;
-    pthread_mutex_unlock(&p->mu);
+    (*waiters)--;
+    pthread_mutex_unlock(mu);
     return rc;
 }
 

@@ -68,8 +68,12 @@ struct chime_task {
                                 reference (the pool may be gone) */
     union {
         int64_t period;         /* periodic kinds: immutable */
-        void *result;           /* one-shot: set when it completes DONE */
-        int64_t defer_deadline; /* one-shot, queued with CHIME_TF_DEFER */
+        int64_t defer_deadline; /* pool one-shot, queued with
+                                   CHIME_TF_DEFER */
+        _Atomic int64_t activity; /* loop one-shot: the last activity
+                                     (arming, re-arm, chime_task_touch:
+                                     relaxed, any thread); its timer is
+                                     due at activity + its timeout */
     };
     union {
         struct {
@@ -82,13 +86,15 @@ struct chime_task {
         struct chime_task *next; /* on a list: removed, returned, garbage,
                                     free list */
         int32_t error; /* FAILED: the cause; REJECTED: the reason */
+        void *result;  /* one-shot: set when it completes DONE */
     };
     _Atomic uint32_t refs; /* see CHIME_REF_* */
     _Atomic int8_t state;  /* chime_task_state or CHIME_TASK_READY; final
                               states are written under the pool mutex and
                               never change again, so they may be read
                               lock-free */
-    uint8_t flags;         /* pool mutex: CHIME_TF_* */
+    uint8_t flags;         /* CHIME_TF_*: pool mutex (pool tasks) or the
+                              binding's mutex (loop tasks) */
     uint16_t loop_id;      /* immutable: 0, or 1 + the binding's slot in
                               pool->loop_table */
 };

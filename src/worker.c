@@ -15,8 +15,7 @@
  *     head could be due with every worker asleep untimed (a lost wake-up);
  *   - an exiting worker does the same hand-over.
  *   Only one thread ever wakes for a timer; the others cost nothing.
- * - A loop task found due is handed to its binding with one call
- *   (chime__ready_hand_over); its callback never runs on a worker.
+ * - Loop tasks are never here: their bindings own them (timers.c).
  * - Threads: every worker is joinable. An exiting worker records itself in
  *   last_exited and joins the previous one, so joining the last one (in
  *   destroy) joins them all without keeping a list of dead threads.
@@ -50,26 +49,6 @@ chime__can_run_locked(struct chime_pool *p, struct chime_task *t, int64_t deadli
     if (chime__task_kind(t) != CHIME_KIND_ONESHOT)
         return p->continue_periodic;
     return p->execute_delayed || deadline <= now;
-}
-
-/* Moves a due loop task (already popped) to its binding's ready queue. */
-static void
-move_to_loop_locked(struct chime_pool *p, struct chime_task *t,
-                    int64_t deadline, struct chime_task **garbage)
-{
-    CHIME_ASSERT_HELD(&p->mu);
-    /* Counted before the loop can see it: its dispatch may run it and
-     * take it off the count before chime__ready_hand_over() returns. */
-    atomic_fetch_add(&p->loop_tasks, 1);
-    int rc = chime__ready_hand_over(chime__task_loop(t), t, deadline);
-    if (rc != 0) {
-        chime__loop_tasks_sub(p, 1);
-        chime__complete_locked(p, t,
-                               rc == -ECANCELED ? CHIME_TASK_CANCELLED
-                                                : CHIME_TASK_FAILED,
-                               rc);
-        chime__drop_locked(t, garbage);
-    }
 }
 
 /* Frees the tasks this worker dropped, outside the lock (never free under
@@ -124,13 +103,6 @@ take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
         }
         int64_t now = chime__pool_now(p);
         int64_t deadline = chime__heap_peek_deadline(&p->heap);
-        if (deadline <= now && t->loop_id != 0) {
-            /* Due on a loop: hand it over and keep going; the callback
-             * runs on the loop thread, never here. */
-            chime__heap_pop(&p->heap, NULL);
-            move_to_loop_locked(p, t, deadline, &w->garbage);
-            continue;
-        }
         if (deadline <= now) {
             chime__heap_pop(&p->heap, NULL);
             t->run_deadline = deadline;
@@ -195,8 +167,7 @@ queue_again_locked(struct chime_pool *p, struct chime_task *t,
     CHIME_ASSERT(!(t->flags & CHIME_TF_DEFER));
     t->flags &= (uint8_t)~CHIME_TF_REARM;
     chime__task_set_state(t, CHIME_TASK_PENDING);
-    struct chime_loop *l = chime__task_loop(t);
-    if (!chime__can_run_locked(p, t, deadline, now) || (l && l->closed)) {
+    if (!chime__can_run_locked(p, t, deadline, now)) {
         chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
         chime__drop_locked(t, garbage);
         return;
@@ -250,14 +221,6 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
         return;
     }
     queue_again_locked(p, t, next, end, from_worker, garbage);
-}
-
-void
-chime__requeue_locked(struct chime_pool *p, struct chime_task *t,
-                      int64_t deadline, struct chime_task **garbage)
-{
-    CHIME_ASSERT_HELD(&p->mu);
-    queue_again_locked(p, t, deadline, chime__pool_now(p), false, garbage);
 }
 
 /* Runs t (taken from the heap, lock held) and settles its outcome. Returns
@@ -412,16 +375,4 @@ chime__need_worker_locked(struct chime_pool *p)
         return 1;
     }
     return 0;
-}
-
-void
-chime__spawn_for_requeued(struct chime_pool *p, int need)
-{
-    if (!need)
-        return;
-    /* If no worker can start, the requeued task stays queued (chime__spawn
-     * gave the slot back) and the next submission, re-arm or prestart tries
-     * again. There is nobody to report to: the callback already ran, or the
-     * re-arm itself succeeded. */
-    (void)chime__spawn(p);
 }

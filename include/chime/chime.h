@@ -461,6 +461,22 @@ CHIME_EXPORT int chime_task_cancel(chime_task *task, unsigned flags);
  * -ENOMEM, -ECHILD (after fork). Thread-safety: any thread. */
 CHIME_EXPORT int chime_task_rearm(chime_task *task, int64_t delay_ns);
 
+/* Records activity now for a one-shot loop task (an idle timeout): one
+ * store, no lock, from any thread. When its deadline comes, a task that
+ * saw activity since it was armed does not run: it waits on until the
+ * last activity plus its timeout (the delay it was scheduled or last
+ * re-armed with), and runs then if nothing touched it meanwhile (Netty's
+ * IdleStateHandler, libev's lazy timer). Touch costs a clock read and a
+ * store; use it for the per-request reset of an idle timeout. Use
+ * chime_task_rearm() to change the timeout or to move a deadline earlier
+ * (it takes the binding's lock). A touch that races with the expiry
+ * itself may come too late for it, as with any timer.
+ * Returns: 0, -EALREADY (completed), -EINVAL (NULL or a periodic task),
+ * -ENOTSUP (a pool task: touch is for loop tasks), -ECHILD (after fork).
+ * Thread-safety: any thread. */
+CHIME_EXPORT int chime_task_touch(chime_task *task);
+#define CHIME_HAVE_TASK_TOUCH 1
+
 /* Waits until the task completes, at most timeout_ns (< 0: forever, 0:
  * poll). On return 0, *result (if result not NULL) holds the callback's
  * result. Returns: 0 (done), CHIME_EFAILED (see chime_task_error),
@@ -622,6 +638,11 @@ typedef struct chime_loop_stats {
     uint64_t dispatch_calls; /* chime_loop_dispatch() calls */
     uint64_t wakeups;        /* eventfd writes (quiet -> signalled) */
     uint64_t drains;         /* eventfd reads (signalled -> quiet) */
+    size_t timers;           /* loop tasks waiting for their deadline */
+    uint64_t timer_arms;     /* timerfd settings (earliest deadline moved
+                                earlier, or re-armed after firing) */
+    uint64_t touch_requeues; /* expiries that found activity since their
+                                arming and moved on (chime_task_touch) */
 } chime_loop_stats;
 
 /* Snapshot of the binding's counters. Returns 0 or -EINVAL.
