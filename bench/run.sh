@@ -308,7 +308,8 @@ LOCKS=""
 if [ -x "$BUILD/w_loop_locks" ]; then
     LOCKS="chime-rearm-locks ${TOUCH:+chime-touch-locks }chime-cancel-locks"
 fi
-echo "run.sh: this chime: ${TOUCH:-no chime_task_touch}; ${LOCKS:+lock counts}${LOCKS:-no lock-count build}"
+echo "run.sh: this chime: ${TOUCH:-no chime_task_touch}; $([ -n "$LOCKS" ] &&
+    echo "lock counts (w_loop_locks)" || echo "no lock-count build")"
 
 SYS_UNITS="os"
 SYS_W1="chime stpe"
