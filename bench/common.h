@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +52,15 @@ bench_sleep_until(int64_t t_ns)
                           (long)(t_ns % 1000000000)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
         ;
+}
+
+/* ns as a struct timeval (libevent's timeouts), rounded down to µs. */
+static inline struct timeval
+bench_timeval(int64_t ns)
+{
+    struct timeval tv = {(time_t)(ns / 1000000000),
+                         (suseconds_t)(ns % 1000000000 / 1000)};
+    return tv;
 }
 
 static inline int64_t

@@ -38,8 +38,9 @@
 #   5. draws docs/bench-w3-lateness.png, docs/bench-w2-scaling.png and
 #      docs/bench-w7-scaling.png with gnuplot.
 # What a given chime can run is asked of the build: the chime-touch
-# systems need chime_task_touch (w_loop features), the W7 lock counts the
-# lock-count build (bench/build/w_loop_locks); without them those rows are
+# systems need chime_task_touch (w_loop_scale features), the W7 lock counts
+# the lock-count build (bench/build/w_loop_scale_locks); without them those
+# rows are
 # left out and the goal table says "not measured".
 # Dependencies: bash, awk, coreutils, cmake, a C compiler, JDK 17,
 # libevent, libuv, Netty (libnetty-java), gnuplot. No python.
@@ -134,7 +135,7 @@ install_packages() {
 echo "run.sh: building into $BUILD"
 # The lock-count binary exists only if this configuration builds it: a
 # stale one from an older configuration must not be run.
-rm -f "$BUILD/w_loop_locks"
+rm -f "$BUILD/w_loop_scale_locks"
 cmake -S "$HERE" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCHIME_ROOT="$CHIME_SRC" \
     >"$LOGDIR/cmake.log" 2>&1 ||
     { cat "$LOGDIR/cmake.log" >&2; exit 1; }
@@ -267,12 +268,17 @@ run_one() {
 system_cmd() {
     local sys=$1 w=$2
     case "$w" in
-    w6|w7)
+    w6)
+        case "$sys" in
+        libevent-precise) SYSCMD=("$BUILD/w_loop_load" w6 mode=libevent precise=1) ;;
+        *) SYSCMD=("$BUILD/w_loop_load" w6 mode="$sys") ;;
+        esac
+        return ;;
+    w7)
         case "$sys" in
         # The lock-count build reports under the system it counted.
-        *-locks) SYSCMD=("$BUILD/w_loop_locks" "$w" mode="${sys%-locks}") ;;
-        libevent-precise) SYSCMD=("$BUILD/w_loop" "$w" mode=libevent precise=1) ;;
-        *) SYSCMD=("$BUILD/w_loop" "$w" mode="$sys") ;;
+        *-locks) SYSCMD=("$BUILD/w_loop_scale_locks" w7 mode="${sys%-locks}") ;;
+        *) SYSCMD=("$BUILD/w_loop_scale" w7 mode="$sys") ;;
         esac
         return ;;
     esac
@@ -301,15 +307,15 @@ system_cmd() {
     esac
 }
 
-FEATURES=" $("$BUILD/w_loop" features) "
+FEATURES=" $("$BUILD/w_loop_scale" features) "
 TOUCH=""
 case "$FEATURES" in *" touch "*) TOUCH=chime-touch ;; esac
 LOCKS=""
-if [ -x "$BUILD/w_loop_locks" ]; then
+if [ -x "$BUILD/w_loop_scale_locks" ]; then
     LOCKS="chime-rearm-locks ${TOUCH:+chime-touch-locks }chime-cancel-locks"
 fi
 echo "run.sh: this chime: ${TOUCH:-no chime_task_touch}; $([ -n "$LOCKS" ] &&
-    echo "lock counts (w_loop_locks)" || echo "no lock-count build")"
+    echo "lock counts (w_loop_scale_locks)" || echo "no lock-count build")"
 
 SYS_UNITS="os"
 SYS_W1="chime stpe"

@@ -187,7 +187,10 @@ END {
                 for (ki = 1; ki <= nk; ki++) {
                     if (stats("w7" SUBSEP kk[ki] SUBSEP ss[si] SUBSEP m) == 0) { line = line " - |"; continue }
                     any = 1
-                    line = line " " fmt(MED) " [" fmt(MIN) "-" fmt(MAX) "] |"
+                    if (m ~ /locks_per_op$/)
+                        line = line " " sprintf("%.3g [%.3g-%.3g]", MED, MIN, MAX) " |"
+                    else
+                        line = line " " fmt(MED) " [" fmt(MIN) "-" fmt(MAX) "] |"
                 }
                 for (ki = 2; ki <= nk; ki++) {
                     r = m == "ops_per_s" ? ratio(med("w7", kk[ki], ss[si], m), med("w7", kk[1], ss[si], m)) : ""

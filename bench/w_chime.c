@@ -10,6 +10,7 @@
  * Every pool has 2 worker threads (threads=N to change).
  * Prints RESULT lines (see common.h); exits 2 when an invariant breaks.
  */
+#include "chime_pool.h"
 #include "common.h"
 
 #include <chime/chime.h>
@@ -36,17 +37,8 @@ set_timer_slack(chime_pool *pool, void *ctx)
 static chime_pool *
 new_pool(const char *w, const char *sys)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = (unsigned)g_threads;
-    if (g_slack_ns > 0)
-        o.on_thread_start = set_timer_slack;
-    chime_pool *p = NULL;
-    int rc = chime_pool_new(&o, &p);
-    BENCH_CHECK(rc == 0, w, sys, "chime_pool_new: %s", chime_strerror(rc));
-    rc = chime_pool_prestart_all(p);
-    BENCH_CHECK(rc >= 0, w, sys, "prestart: %s", chime_strerror(rc));
-    return p;
+    return bench_chime_pool(w, sys, g_threads,
+                            g_slack_ns > 0 ? set_timer_slack : NULL);
 }
 
 static void
