@@ -40,8 +40,7 @@
 # What a given chime can run is asked of the build: the chime-touch
 # systems need chime_task_touch (w_loop_scale features), the W7 lock counts
 # the lock-count build (bench/build/w_loop_scale_locks); without them those
-# rows are
-# left out and the goal table says "not measured".
+# rows are left out and the goal table says "not measured".
 # Dependencies: bash, awk, coreutils, cmake, a C compiler, JDK 17,
 # libevent, libuv, Netty (libnetty-java), gnuplot. No python.
 set -euo pipefail
@@ -153,7 +152,7 @@ JAVA=(java -cp "$BUILD/java:$NETTY_JAR")
     echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
     echo "kernel: $(uname -sr)"
     echo "os: $(. /etc/os-release && echo "$PRETTY_NAME")"
-    echo "chime: $CHIME_SRC at $(git -C "$CHIME_SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+    echo "chime: $([ "$CHIME_SRC" = "$ROOT" ] && echo "this checkout" || echo "$CHIME_SRC") at $(git -C "$CHIME_SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
         git -C "$CHIME_SRC" status --porcelain -- src include integrations 2>/dev/null |
             grep -q . && echo ' + uncommitted changes in src/ include/ integrations/')"
     echo "cc: $(cc --version | head -1)"
