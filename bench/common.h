@@ -10,6 +10,11 @@
  * - Arguments are key=value pairs after the workload name (N=1000000 ...);
  *   every key has a default, the sizes of WORKLOADS.md.
  * - Fixed-seed PRNG (splitmix64), CLOCK_MONOTONIC.
+ * - Beside every throughput figure a program prints the CPU time it cost
+ *   per item (metric cpu_ns_per_<item>): user + system time of the whole
+ *   process (getrusage(RUSAGE_SELF): every thread, the workers included)
+ *   over the same interval, divided by the same count. A rate bought by
+ *   keeping a second core busy shows there as twice the wall time.
  */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
@@ -24,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +42,50 @@ bench_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Sleeps until the monotonic time t_ns (returns at once if it is past). */
+static inline void
+bench_sleep_until(int64_t t_ns)
+{
+    struct timespec ts = {(time_t)(t_ns / 1000000000),
+                          (long)(t_ns % 1000000000)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+/* ns as a struct timeval (libevent's timeouts), rounded down to µs. */
+static inline struct timeval
+bench_timeval(int64_t ns)
+{
+    struct timeval tv = {(time_t)(ns / 1000000000),
+                         (suseconds_t)(ns % 1000000000 / 1000)};
+    return tv;
+}
+
+static inline int64_t
+bench_rusage_ns(int who)
+{
+    struct rusage ru;
+    if (getrusage(who, &ru) != 0)
+        return -1;
+    return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000 +
+           ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+}
+
+/* CPU time (user + system) of the whole process so far, in ns: every
+ * thread, those that already exited included. */
+static inline int64_t
+bench_cpu_ns(void)
+{
+    return bench_rusage_ns(RUSAGE_SELF);
+}
+
+/* CPU time of the calling thread so far, in ns. */
+static inline int64_t
+bench_thread_cpu_ns(void)
+{
+    return bench_rusage_ns(RUSAGE_THREAD);
 }
 
 /* splitmix64: fixed seed, so every system sees the same sequence. */

@@ -9,6 +9,9 @@
 #       with the median p99 is drawn.
 #   PLOT_DIR/bench-w2-scaling.png   W2 cost per round (ns, cancel +
 #       schedule or re-arm) against the live-set size, every system.
+#   PLOT_DIR/bench-w7-scaling.png   W7 total timer operations per second
+#       against the number of loop threads K, every system, each with a
+#       dotted line at K times its K=1 figure (linear scaling).
 set -euo pipefail
 res=$1
 dir=$2
@@ -23,6 +26,7 @@ if [ -s "$res/w3-median-runs.txt" ]; then
         case "$sys" in
         chime) style="lw 2.5 lc rgb '#d62728'" ;;
         stpe) style="lw 2.5 lc rgb '#1f77b4'" ;;
+        stpe-slack) style="lw 1.5 dt 2 lc rgb '#17becf'" ;;
         chime-slack) style="lw 1.5 dt 2 lc rgb '#ff7f0e'" ;;
         os-floor) style="lw 1.5 dt 2 lc rgb '#555555'" ;;
         *) style="lw 1.5 dt 3 lc rgb '#999999'" ;;
@@ -76,4 +80,34 @@ set xrange [700:1400000]
 plot for [i=2:$ncol] '$dat' using 1:i with linespoints lw 2 pt 7 title columnhead(i)
 EOF
     echo "plots.sh: $dir/bench-w2-scaling.png"
+fi
+
+# ---- W7 scaling -----------------------------------------------------------------
+dat="$res/w7-scaling.dat"
+if [ -s "$dat" ] && [ "$(wc -l <"$dat")" -gt 2 ]; then
+    ncol=$(head -1 "$dat" | wc -w)
+    kmax=$(awk 'NR > 1 { k = $1 } END { print k }' "$dat")
+    gnuplot <<EOF
+set terminal pngcairo size 900,560 font ',10'
+set output '$dir/bench-w7-scaling.png'
+set title "W7 multi-reactor scaling: timer operations done on K loop threads (median of runs)"
+set datafile missing '?'
+set key autotitle columnhead
+set xlabel 'loop threads K (each with its own event_base and timers; one shared chime pool)' noenhanced
+set ylabel 'total operations per second (millions)'
+set grid
+set key outside right
+set xrange [0.8:$kmax + 0.2]
+set xtics 1
+set yrange [0:*]
+# K=1 figure of each system: the dotted line is K times it (linear scaling).
+array y1[$ncol]
+do for [i=2:$ncol] {
+    stats '$dat' using i every ::0::0 nooutput
+    y1[i] = STATS_max
+}
+plot for [i=2:$ncol] '$dat' using 1:(column(i) / 1e6) with linespoints lw 2 pt 7 lc i, \
+     for [i=2:$ncol] '$dat' using 1:(\$1 * y1[i] / 1e6) with lines dt 3 lc i notitle
+EOF
+    echo "plots.sh: $dir/bench-w7-scaling.png"
 fi

@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# chime benchmarks: W1-W5 of ../shared/bench/WORKLOADS.md for chime and
-# its peers, interleaved (A B C A B C ...), in one run.
+# chime benchmarks: W1-W7 of ../shared/bench/WORKLOADS.md (method v2) for
+# chime and its peers, and the machine's unit costs, interleaved
+# (A B C A B C ...), in one run.
 #
 # Usage: bash bench/run.sh [options]
-#   --runs N        runs per system and workload (default 3)
+#   --runs N        runs per system and workload (default 10: fewer cannot
+#                   separate the two regimes these VMs switch between; see
+#                   ../shared/bench/WORKLOADS.md, method v2)
 #   --quick         tiny sizes, results in bench/results/quick/, no plots in
 #                   docs/ (the CI smoke test: bench/smoke.sh)
-#   --only LIST     comma-separated workloads to run (w1,w2,w3,w4,w5,scaling)
+#   --out DIR       results and plots in DIR instead of bench/results/ and
+#                   docs/ (a trial run that must not replace the published
+#                   figures)
+#   --only LIST     comma-separated workloads to run
+#                   (units,w1,w2,w3,w4,w5,w6,w7,scaling)
 #   --no-install    do not try to install missing Debian packages
 #   --wait-quiet[=S] before each measurement, wait (up to S seconds,
 #                   default 30) until the machine's CPUs are at least 90%
 #                   idle over half a second: on a shared machine this keeps
 #                   other jobs out of the figures (the busy percentage seen
 #                   before each run is recorded in the CSV either way)
+# Environment: CHIME_BENCH_BUILD=DIR builds in DIR instead of bench/build/;
+# CHIME_BENCH_ROOT=DIR measures the chime sources of another checkout.
 #
 # What it does:
 #   1. installs missing Debian packages with apt (sudo if not root);
@@ -23,22 +32,32 @@
 #      each program checks its invariants and a broken one stops the run;
 #   4. writes raw results (bench/results/results.csv: workload, size,
 #      system, run, metric, value), prints the table (also in
-#      bench/results/table.md) with median, min, max and chime's ratio to
-#      each peer, and the scaling table (bench/results/scaling.md);
-#   5. draws docs/bench-w3-lateness.png and docs/bench-w2-scaling.png with
-#      gnuplot.
+#      bench/results/table.md) with median, min, max, CPU time per item
+#      and chime's ratio to each peer, the goal table, the W7 scaling table
+#      and the live-set scaling table (bench/results/scaling.md);
+#   5. draws docs/bench-w3-lateness.png, docs/bench-w2-scaling.png and
+#      docs/bench-w7-scaling.png with gnuplot.
+# What a given chime can run is asked of the build: the chime-touch
+# systems need chime_task_touch (w_loop_scale features), the W7 lock counts
+# the lock-count build (bench/build/w_loop_scale_locks); without them those
+# rows are left out and the goal table says "not measured".
 # Dependencies: bash, awk, coreutils, cmake, a C compiler, JDK 17,
 # libevent, libuv, Netty (libnetty-java), gnuplot. No python.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
+# The chime tree measured (its src/, include/, integrations/): this one, or
+# CHIME_BENCH_ROOT=/other/checkout to measure work in progress elsewhere.
+CHIME_SRC=$(cd "${CHIME_BENCH_ROOT:-$ROOT}" && pwd)
 BUILD=${CHIME_BENCH_BUILD:-$HERE/build}
 NETTY_JAR=/usr/share/java/netty-common.jar
 
-runs=3
+ARGS=$*
+runs=10
 quick=0
-only="w1,w2,w3,w4,w5,scaling"
+out_dir=
+only="units,w1,w2,w3,w4,w5,w6,w7,scaling"
 install=1
 wait_quiet=0
 while [ $# -gt 0 ]; do
@@ -46,18 +65,24 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --runs=*) runs=${1#--runs=}; shift ;;
     --quick) quick=1; shift ;;
+    --out) out_dir=$2; shift 2 ;;
+    --out=*) out_dir=${1#--out=}; shift ;;
     --only) only=$2; shift 2 ;;
     --only=*) only=${1#--only=}; shift ;;
     --no-install) install=0; shift ;;
     --wait-quiet) wait_quiet=30; shift ;;
     --wait-quiet=*) wait_quiet=${1#--wait-quiet=}; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 1 ;;
     esac
 done
 case "$runs" in ''|*[!0-9]*|0) echo "run.sh: --runs needs N >= 1" >&2; exit 1 ;; esac
 
-if [ "$quick" = 1 ]; then
+if [ -n "$out_dir" ]; then
+    mkdir -p "$out_dir"
+    OUT=$(cd "$out_dir" && pwd)
+    PLOTS=$OUT
+elif [ "$quick" = 1 ]; then
     OUT=$HERE/results/quick
     PLOTS=$OUT
 else
@@ -107,7 +132,11 @@ install_packages() {
 
 # ---- 2. build ---------------------------------------------------------------
 echo "run.sh: building into $BUILD"
-cmake -S "$HERE" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >"$LOGDIR/cmake.log" 2>&1 ||
+# The lock-count binary exists only if this configuration builds it: a
+# stale one from an older configuration must not be run.
+rm -f "$BUILD/w_loop_scale_locks"
+cmake -S "$HERE" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCHIME_ROOT="$CHIME_SRC" \
+    >"$LOGDIR/cmake.log" 2>&1 ||
     { cat "$LOGDIR/cmake.log" >&2; exit 1; }
 cmake --build "$BUILD" -j"$(nproc)" >>"$LOGDIR/cmake.log" 2>&1 ||
     { cat "$LOGDIR/cmake.log" >&2; exit 1; }
@@ -123,15 +152,16 @@ JAVA=(java -cp "$BUILD/java:$NETTY_JAR")
     echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
     echo "kernel: $(uname -sr)"
     echo "os: $(. /etc/os-release && echo "$PRETTY_NAME")"
-    echo "chime: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
-        git -C "$ROOT" status --porcelain -- src include integrations 2>/dev/null |
+    echo "chime: $([ "$CHIME_SRC" = "$ROOT" ] && echo "this checkout" || echo "$CHIME_SRC") at $(git -C "$CHIME_SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+        git -C "$CHIME_SRC" status --porcelain -- src include integrations 2>/dev/null |
             grep -q . && echo ' + uncommitted changes in src/ include/ integrations/')"
     echo "cc: $(cc --version | head -1)"
     echo "java: $(java -version 2>&1 | sed -n 2p)"
     echo "libevent: $(pkg-config --modversion libevent_core)"
     echo "libuv: $(pkg-config --modversion libuv)"
+    echo "timer slack (this shell): $(cat /proc/self/timerslack_ns 2>/dev/null || echo unknown) ns"
     echo "netty: $(dpkg-query -W -f='${Version}' libnetty-java 2>/dev/null || echo unknown)"
-    echo "command: bash bench/run.sh --runs $runs$([ "$quick" = 1 ] && echo ' --quick')"
+    echo "command: bash bench/run.sh${ARGS:+ $ARGS} ($runs runs)"
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt"
 echo "run.sh: load average now: $(cut -d' ' -f1-3 /proc/loadavg) (the figures" \
@@ -139,32 +169,49 @@ echo "run.sh: load average now: $(cut -d' ' -f1-3 /proc/loadavg) (the figures" \
 
 # ---- sizes ------------------------------------------------------------------
 if [ "$quick" = 1 ]; then
+    UNITS="scale_pct=5"
     W1_N=20000
     W2_L=1000; W2_R=20000
     W3_TASKS=100
     W3="warm_ms=100 measure_ms=300"
     W4_P=20000
     W5_M=20000
+    W6_C=10000
+    W6="run_ms=2500 warm_ms=1200"
+    W7_L=1000; W7_R=100000
     SWEEP_L="10000:20000"
     SWEEP_P="1000"
 else
+    UNITS="scale_pct=100"
     W1_N=1000000
     W2_L=100000; W2_R=1000000
     W3_TASKS=1000
     W3="period_ms=10 warm_ms=1000 measure_ms=5000"
     W4_P=1000000
     W5_M=1000000
+    W6_C=10000
+    W6="run_ms=10000 warm_ms=2000"
+    W7_L=10000; W7_R=2000000
     # live set : rounds. 100k is the main W2 run; 1M uses fewer rounds.
     SWEEP_L="1000:1000000 10000:1000000 1000000:300000"
     SWEEP_P="1000 10000 100000"
 fi
+# W7: K = 1 and 2 loop threads, and 4, 8, ... as far as the machine has
+# cores.
+W7_KS="1 2"
+for k in 4 8 16 32 64; do
+    [ "$k" -le "$(nproc)" ] && W7_KS="$W7_KS $k"
+done
 
 # ---- 3. runs ----------------------------------------------------------------
-# Percentage of all CPUs busy (not idle, not iowait) over half a second.
+# Percentage of all CPUs busy (not idle, not iowait) over half a second
+# (a tenth of a second in --quick, which measures nothing worth reading).
+BUSY_SAMPLE=0.5
+[ "$quick" = 1 ] && BUSY_SAMPLE=0.1
 cpu_busy() {
     local a b
     a=$(head -1 /proc/stat)
-    sleep 0.5
+    sleep "$BUSY_SAMPLE"
     b=$(head -1 /proc/stat)
     awk -v a="$a" -v b="$b" 'BEGIN {
         n = split(a, x, " "); split(b, y, " ")
@@ -174,7 +221,11 @@ cpu_busy() {
 
 # run_one WORKLOAD SIZE SYSTEM RUN -- command...
 # Runs one measurement, appends its RESULT lines to the CSV, and stops the
-# whole harness if the program fails (a broken invariant exits 2).
+# whole harness if the program fails (a broken invariant exits 2). The
+# system column of a figure is the name the program printed in its RESULT
+# line (a program may report under a name other than SYSTEM: the W7
+# lock-count build reports its counts under the system it counted); the
+# load seen before the run is recorded under SYSTEM.
 echo "workload,size,system,run,metric,value" >"$CSV"
 run_one() {
     local w=$1 size=$2 sys=$3 run=$4
@@ -204,8 +255,8 @@ run_one() {
         cat "$log.err" >&2
         exit 1
     fi
-    awk -v w="$w" -v size="$size" -v run="$run" -v sys="$sys" \
-        '$1 == "RESULT" { printf "%s,%s,%s,%s,%s,%s\n", w, size, sys, run, $4, $5 }' \
+    awk -v w="$w" -v size="$size" -v run="$run" \
+        '$1 == "RESULT" { printf "%s,%s,%s,%s,%s,%s\n", w, size, $3, run, $4, $5 }' \
         "$log.out" >>"$CSV"
     echo "$w,$size,$sys,$run,loadavg1,$load" >>"$CSV"
     echo "$w,$size,$sys,$run,busy_before_pct,$busy" >>"$CSV"
@@ -215,21 +266,38 @@ run_one() {
 # system_cmd SYSTEM WORKLOAD -> the command line (array SYSCMD)
 system_cmd() {
     local sys=$1 w=$2
+    case "$w" in
+    w6)
+        case "$sys" in
+        libevent-precise) SYSCMD=("$BUILD/w_loop_load" w6 mode=libevent precise=1) ;;
+        *) SYSCMD=("$BUILD/w_loop_load" w6 mode="$sys") ;;
+        esac
+        return ;;
+    w7)
+        case "$sys" in
+        # The lock-count build reports under the system it counted.
+        *-locks) SYSCMD=("$BUILD/w_loop_scale_locks" w7 mode="${sys%-locks}") ;;
+        *) SYSCMD=("$BUILD/w_loop_scale" w7 mode="$sys") ;;
+        esac
+        return ;;
+    esac
     case "$sys" in
     chime) SYSCMD=("$BUILD/w_chime" "$w") ;;
     chime-rearm) SYSCMD=("$BUILD/w_chime" "$w" mode=rearm) ;;
     chime-post) SYSCMD=("$BUILD/w_chime" "$w" mode=post) ;;
     chime-sched0) SYSCMD=("$BUILD/w_chime" "$w" mode=sched) ;;
     stpe) SYSCMD=("${JAVA[@]}" Stpe "$w") ;;
+    # W3 with every JVM thread at 1 ns of timer slack, as chime's workers.
+    stpe-slack) SYSCMD=("$BUILD/timerslack" 1 "${JAVA[@]}" Stpe "$w" slack_ns=1) ;;
     netty) SYSCMD=("${JAVA[@]}" Wheel "$w") ;;
     libevent-fresh) SYSCMD=("$BUILD/w_libevent" "$w" mode=fresh) ;;
     libevent-prealloc) SYSCMD=("$BUILD/w_libevent" "$w" mode=prealloc) ;;
     libevent-common) SYSCMD=("$BUILD/w_libevent" "$w" mode=common) ;;
-    libevent) SYSCMD=("$BUILD/w_libevent" "$w" mode=heap) ;;
     libevent-once) SYSCMD=("$BUILD/w_libevent" "$w" mode=once) ;;
     libevent-active) SYSCMD=("$BUILD/w_libevent" "$w" mode=active) ;;
     libuv-async) SYSCMD=("$BUILD/w_libuv" "$w") ;;
     os-floor) SYSCMD=("$BUILD/w_floor" "$w") ;;
+    os) SYSCMD=("$BUILD/w_floor" units) ;;
     # Diagnostics for W3: timer slack 1 ns (prctl) on chime's workers (set
     # from the on_thread_start hook) and on the floor's thread.
     chime-slack) SYSCMD=("$BUILD/w_chime" "$w" slack_ns=1) ;;
@@ -238,11 +306,24 @@ system_cmd() {
     esac
 }
 
+FEATURES=" $("$BUILD/w_loop_scale" features) "
+TOUCH=""
+case "$FEATURES" in *" touch "*) TOUCH=chime-touch ;; esac
+LOCKS=""
+if [ -x "$BUILD/w_loop_scale_locks" ]; then
+    LOCKS="chime-rearm-locks ${TOUCH:+chime-touch-locks }chime-cancel-locks"
+fi
+echo "run.sh: this chime: ${TOUCH:-no chime_task_touch}; $([ -n "$LOCKS" ] &&
+    echo "lock counts (w_loop_scale_locks)" || echo "no lock-count build")"
+
+SYS_UNITS="os"
 SYS_W1="chime stpe"
 SYS_W2="chime chime-rearm stpe netty libevent-fresh libevent-prealloc libevent-common"
-SYS_W3="chime stpe os-floor chime-slack os-floor-slack"
-SYS_W4="chime stpe netty libevent libevent-common"
+SYS_W3="chime stpe stpe-slack os-floor chime-slack os-floor-slack"
+SYS_W4="chime stpe netty libevent-fresh libevent-prealloc libevent-common"
 SYS_W5="chime-post chime-sched0 libevent-once libevent-active libuv-async"
+SYS_W6="chime-rearm $TOUCH libevent libevent-precise"
+SYS_W7="chime-rearm $TOUCH chime-cancel libevent-readd libevent-deladd libevent-common $LOCKS"
 
 # interleave WORKLOAD SIZE "SYSTEMS" args...: runs 1..N, each system once
 # per run, in the same order.
@@ -259,7 +340,23 @@ interleave() {
     done
 }
 
+# W7: every K of a run before the next run (K=1 K=2 ... K=1 K=2 ...), so
+# that the scaling ratio compares runs taken side by side.
+interleave_w7() {
+    local run k sys
+    for run in $(seq 1 "$runs"); do
+        for k in $W7_KS; do
+            for sys in $SYS_W7; do
+                system_cmd "$sys" w7
+                run_one w7 "$k" "$sys" "$run" -- "${SYSCMD[@]}" \
+                    K="$k" L="$W7_L" R="$W7_R"
+            done
+        done
+    done
+}
+
 start=$SECONDS
+if wants units; then interleave units 1 "$SYS_UNITS" $UNITS; fi
 if wants w1; then interleave w1 "$W1_N" "$SYS_W1" N=$W1_N; fi
 if wants w2; then
     interleave w2 "$W2_L" "$SYS_W2" L=$W2_L R=$W2_R
@@ -267,6 +364,8 @@ fi
 if wants w3; then interleave w3 "$W3_TASKS" "$SYS_W3" tasks=$W3_TASKS $W3; fi
 if wants w4; then interleave w4 "$W4_P" "$SYS_W4" P=$W4_P; fi
 if wants w5; then interleave w5 "$W5_M" "$SYS_W5" M=$W5_M; fi
+if wants w6; then interleave w6 "$W6_C" "$SYS_W6" C=$W6_C $W6; fi
+if wants w7; then interleave_w7; fi
 if wants scaling; then
     for lr in $SWEEP_L; do
         interleave w2 "${lr%%:*}" "$SYS_W2" L="${lr%%:*}" R="${lr##*:}"
@@ -279,11 +378,11 @@ echo "run.sh: measurements took $((SECONDS - start)) s"
 
 # ---- 4. tables ----------------------------------------------------------------
 # Sizes of the main table, per workload.
-MAIN_SIZES="w1=$W1_N w2=$W2_L w3=$W3_TASKS w4=$W4_P w5=$W5_M"
+MAIN_SIZES="units=1 w1=$W1_N w2=$W2_L w3=$W3_TASKS w4=$W4_P w5=$W5_M w6=$W6_C"
 bash "$HERE/tables.sh" "$CSV" "$MAIN_SIZES" "$OUT"
 
 # ---- 5. plots ---------------------------------------------------------------
-if wants w3 || wants scaling; then
+if wants w3 || wants scaling || wants w7; then
     bash "$HERE/plots.sh" "$OUT" "$PLOTS" "$W2_L" || {
         echo "run.sh: plotting failed" >&2
         exit 1

@@ -3,11 +3,14 @@
 # Aggregates bench/results/results.csv (workload,size,system,run,metric,
 # value) into the tables run.sh prints. Pure awk, no python.
 #
-# Usage: bash bench/tables.sh RESULTS.CSV "w1=N w2=L w3=1000 w4=P w5=M" OUTDIR
-# Writes OUTDIR/table.md (main table + goals), OUTDIR/scaling.md,
-# OUTDIR/w2-scaling.dat, OUTDIR/w4-scaling.dat (gnuplot data) and
-# OUTDIR/w3-median-runs.txt (which run of each system had the median p99:
-# the one plotted), and prints table.md and scaling.md.
+# Usage: bash bench/tables.sh RESULTS.CSV "units=1 w1=N w2=L ... w6=C" OUTDIR
+# Writes OUTDIR/table.md (the main table with median, min, max, CPU time
+# per item and chime's ratio to each peer; the W7 scaling table; the goal
+# table), OUTDIR/scaling.md (W2/W4 against the live set),
+# OUTDIR/w2-scaling-*.dat, OUTDIR/w4-scaling-*.dat and
+# OUTDIR/w7-scaling.dat (gnuplot data), OUTDIR/w3-median-runs.txt (which
+# run of each W3 system had the median p99: the one plotted), and prints
+# table.md and scaling.md.
 set -euo pipefail
 csv=$1
 main_sizes=$2
@@ -17,6 +20,7 @@ mkdir -p "$out"
 awk -F, -v main_sizes="$main_sizes" -v out="$out" '
 function fmt(v) {
     if (v == "") return "-"
+    if (v < 0) return "-" fmt(-v)
     if (v >= 1e6) return sprintf("%.2f M", v / 1e6)
     if (v >= 1000) return sprintf("%.0f", v)
     if (v >= 10) return sprintf("%.1f", v)
@@ -25,7 +29,36 @@ function fmt(v) {
     return sprintf("%.2g", v)
 }
 function lower_better(m) {
-    return m ~ /_us$/ || m ~ /^bytes/ || m ~ /^heap_bytes/ || m ~ /^ns_/ || m ~ /per_cb$/
+    return m ~ /_us$/ || m ~ /^bytes/ || m ~ /^heap_bytes/ || m ~ /^ns_/ ||
+        m ~ /per_cb$/ || m ~ /^cpu_ns/ || m ~ /_ns$/ || m ~ /_pct$/ ||
+        m ~ /locks_per_op$/ || m ~ /^futex_wakes/
+}
+# Counts and diagnostics: no ratio between systems.
+function no_ratio(m) {
+    return m ~ /^backlog/ || m ~ /expiries$/ || m == "min_us" || m == "early_pct"
+}
+# The CPU time per item that goes with a throughput figure ("" if none).
+function cpu_metric(m) {
+    if (m == "tasks_per_s") return "cpu_ns_per_task"
+    if (m == "rounds_per_s" || m == "ns_per_round") return "cpu_ns_per_round"
+    if (m == "settled_rounds_per_s") return "settled_cpu_ns_per_round"
+    if (m == "runs_per_s") return "cpu_ns_per_run"
+    if (m == "ns_per_cancel") return "cpu_ns_per_cancel"
+    if (m == "ns_per_schedule") return "cpu_ns_per_schedule"
+    if (m == "callbacks_per_s") return "cpu_ns_per_cb"
+    if (m == "ops_per_s") return "cpu_ns_per_op"
+    return ""
+}
+# "CPU ns (cores)": cores = CPU time / wall time over the same items.
+function cpu_cell(w, size, sys, m,    cm, c, v, k) {
+    cm = cpu_metric(m)
+    if (cm == "") return ""
+    c = med(w, size, sys, cm)
+    if (c == "") return ""
+    v = med(w, size, sys, m)
+    if (v == "" || v == 0) return fmt(c)
+    k = (m ~ /_per_s$/) ? c * v / 1e9 : c / v
+    return sprintf("%s (%.2f cores)", fmt(c), k)
 }
 function isort(a, n,    i, j, t) {
     for (i = 2; i <= n; i++) {
@@ -49,10 +82,22 @@ function med(w, size, sys, m) {
     stats(w SUBSEP size SUBSEP sys SUBSEP m)
     return MED
 }
+# The figure of a chime system to set against the metric m of a peer: the
+# same metric, or against a settled rate (Netty) the plain rate of chime,
+# whose calls have taken effect when they return.
+function chime_med(w, size, sys, m) {
+    if (cnt[w SUBSEP size SUBSEP sys SUBSEP m] > 0) return med(w, size, sys, m)
+    if (m ~ /^settled_/) return med(w, size, sys, substr(m, 9))
+    return ""
+}
+function num(v, f) { return v == "" ? "-" : sprintf(f, v) }
 function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "" : a / b }
 function goal(name, fig, value, target, ok) {
     printf "| %s | %s | %s | %s |\n", name, fig, target,
         value == "" ? "not measured" : (ok ? "met" : "**not met**") >> tbl
+}
+function label(w, size) {
+    return w == "units" ? "UNITS" : toupper(w) " (" size ")"
 }
 
 NR == 1 { next }
@@ -60,7 +105,7 @@ NR == 1 { next }
     w = $1; size = $2; sys = $3; run = $4; m = $5; v = $6
     k = w SUBSEP size SUBSEP sys SUBSEP m
     vals[k] = vals[k] (cnt[k]++ ? " " : "") v
-    if (!((w SUBSEP sys) in seen_sys)) {
+    if (m != "loadavg1" && m != "busy_before_pct" && !((w SUBSEP sys) in seen_sys)) {
         seen_sys[w SUBSEP sys] = 1
         systems[w] = systems[w] (systems[w] == "" ? "" : " ") sys
     }
@@ -77,18 +122,21 @@ NR == 1 { next }
 END {
     n = split(main_sizes, ms, " ")
     for (i = 1; i <= n; i++) { split(ms[i], kv, "="); msize[kv[1]] = kv[2] }
+    metrics["units"] = "clock_ns clock_coarse_ns mutex_ns mutex_contended_ns atomic_rmw_ns atomic_contended_ns futex_wake_ns futex_handoff_ns futex_wakes_per_handoff eventfd_write_ns"
     metrics["w1"] = "tasks_per_s ns_per_schedule backlog_at_last_submit"
-    metrics["w2"] = "rounds_per_s ns_per_round"
+    metrics["w2"] = "rounds_per_s settled_rounds_per_s ns_per_round"
     metrics["w3"] = "p50_us p99_us p999_us max_us runs_per_s"
     metrics["w4"] = "bytes_per_task ns_per_cancel ns_per_schedule heap_bytes_per_task"
     metrics["w5"] = "callbacks_per_s writes_per_cb"
+    metrics["w6"] = "p50_us p99_us max_us ref_p50_us ref_p99_us ref_max_us early_pct min_us cpu_ns_per_op expiries active_expiries"
+    nw = split("units w1 w2 w3 w4 w5 w6", wl, " ")
 
     tbl = out "/table.md"
     printf "" > tbl
-    print "| workload | metric | system | median | min | max | chime / peer (median) |" >> tbl
-    print "|---|---|---|---:|---:|---:|---|" >> tbl
-    for (wi = 1; wi <= 5; wi++) {
-        w = "w" wi
+    print "| workload | metric | system | median | min | max | CPU ns per item, median (cores) | chime / peer (median) |" >> tbl
+    print "|---|---|---|---:|---:|---:|---:|---|" >> tbl
+    for (wi = 1; wi <= nw; wi++) {
+        w = wl[wi]
         if (!(w in systems)) continue
         size = msize[w]
         nm = split(metrics[w], mm, " ")
@@ -98,25 +146,74 @@ END {
             # chime variants measured for this metric
             nc = 0
             for (si = 1; si <= ns; si++)
-                if (ss[si] ~ /^chime/ && cnt[w SUBSEP size SUBSEP ss[si] SUBSEP m] > 0)
+                if (ss[si] ~ /^chime/ && chime_med(w, size, ss[si], m) != "")
                     chv[++nc] = ss[si]
             for (si = 1; si <= ns; si++) {
                 sys = ss[si]
                 if (stats(w SUBSEP size SUBSEP sys SUBSEP m) == 0) continue
                 med_v = MED; min_v = MIN; max_v = MAX
                 r = ""
-                if (sys !~ /^chime/ && m !~ /^backlog/) {
+                if (sys !~ /^chime/ && !no_ratio(m)) {
                     for (ci = 1; ci <= nc; ci++) {
-                        cr = ratio(med(w, size, chv[ci], m), med_v)
+                        cr = ratio(chime_med(w, size, chv[ci], m), med_v)
                         if (cr == "") continue
                         r = r (r == "" ? "" : ", ") (nc > 1 ? chv[ci] " " : "") sprintf("%.2f", cr)
                     }
                 }
-                printf "| %s (%s) | %s%s | %s | %s | %s | %s | %s |\n", toupper(w), size, m,
+                printf "| %s | %s%s | %s | %s | %s | %s | %s | %s |\n", label(w, size), m,
                     lower_better(m) ? " (lower is better)" : "", sys,
-                    fmt(med_v), fmt(min_v), fmt(max_v), r == "" ? "" : r >> tbl
+                    fmt(med_v), fmt(min_v), fmt(max_v),
+                    cpu_cell(w, size, sys, m), r >> tbl
             }
         }
+    }
+
+    # W7: total operations per second against K (the size column), each
+    # K beside K=1, and the CPU time and lock counts per operation.
+    if ("w7" in systems) {
+        nk = split(sizes["w7"], kk, " ")
+        isort(kk, nk)
+        hdr = "| W7 system | figure (median [min-max]) |"; sep = "|---|---|"
+        for (ki = 1; ki <= nk; ki++) { hdr = hdr " K=" kk[ki] " |"; sep = sep "---:|" }
+        for (ki = 2; ki <= nk; ki++) { hdr = hdr " K=" kk[ki] " / K=1 |"; sep = sep "---:|" }
+        print "\n" hdr "\n" sep >> tbl
+        ns = split(systems["w7"], ss, " ")
+        split("ops_per_s cpu_ns_per_op pool_locks_per_op loop_locks_per_op", fm, " ")
+        for (si = 1; si <= ns; si++) {
+            for (fi = 1; fi <= 4; fi++) {
+                m = fm[fi]
+                line = "| " ss[si] " | " m (lower_better(m) ? " (lower is better)" : "") " |"
+                any = 0
+                for (ki = 1; ki <= nk; ki++) {
+                    if (stats("w7" SUBSEP kk[ki] SUBSEP ss[si] SUBSEP m) == 0) { line = line " - |"; continue }
+                    any = 1
+                    if (m ~ /locks_per_op$/)
+                        line = line " " sprintf("%.3g [%.3g-%.3g]", MED, MIN, MAX) " |"
+                    else
+                        line = line " " fmt(MED) " [" fmt(MIN) "-" fmt(MAX) "] |"
+                }
+                for (ki = 2; ki <= nk; ki++) {
+                    r = m == "ops_per_s" ? ratio(med("w7", kk[ki], ss[si], m), med("w7", kk[1], ss[si], m)) : ""
+                    line = line " " (r == "" ? "" : sprintf("%.2f", r)) " |"
+                }
+                if (any) print line >> tbl
+            }
+        }
+        dat = out "/w7-scaling.dat"
+        printf "K" > dat
+        for (si = 1; si <= ns; si++)
+            if (cnt["w7" SUBSEP kk[1] SUBSEP ss[si] SUBSEP "ops_per_s"] > 0) printf " %s", ss[si] > dat
+        printf "\n" > dat
+        for (ki = 1; ki <= nk; ki++) {
+            printf "%s", kk[ki] > dat
+            for (si = 1; si <= ns; si++) {
+                if (cnt["w7" SUBSEP kk[1] SUBSEP ss[si] SUBSEP "ops_per_s"] == 0) continue
+                v = med("w7", kk[ki], ss[si], "ops_per_s")
+                printf " %s", v == "" ? "?" : v > dat
+            }
+            printf "\n" > dat
+        }
+        close(dat)
     }
 
     # Goals of the issue, from the medians above.
@@ -125,35 +222,55 @@ END {
     print "|---|---|---|---|" >> tbl
     s = msize["w1"]
     r = ratio(med("w1", s, "chime", "tasks_per_s"), med("w1", s, "stpe", "tasks_per_s"))
-    goal("W1", sprintf("chime / STPE tasks/s = %.2f", r), r, ">= 10", r >= 10)
+    goal("W1", sprintf("chime / STPE tasks/s = %s", num(r, "%.2f")), r, ">= 10", r >= 10)
     s = msize["w2"]
     c = med("w2", s, "chime", "rounds_per_s"); ra = med("w2", s, "chime-rearm", "rounds_per_s")
+    lc = med("w2", s, "libevent-common", "rounds_per_s")
     r = ratio(c, med("w2", s, "stpe", "rounds_per_s"))
-    goal("W2", sprintf("chime / STPE rounds/s = %.2f", r), r, ">= 4", r >= 4)
-    r = ratio(c, med("w2", s, "libevent-common", "rounds_per_s"))
-    goal("W2", sprintf("chime / libevent common-timeout = %.2f", r), r, ">= 1.5", r >= 1.5)
+    goal("W2", sprintf("chime / STPE rounds/s = %s", num(r, "%.2f")), r, ">= 4", r >= 4)
+    r = ratio(c, lc)
+    goal("W2", sprintf("chime / libevent common-timeout = %s", num(r, "%.2f")), r, ">= 1.5", r >= 1.5)
     r = ratio(ra, med("w2", s, "stpe", "rounds_per_s"))
-    goal("W2", sprintf("chime re-arm / STPE = %.2f", r), r, ">= 4", r >= 4)
-    r = ratio(ra, med("w2", s, "libevent-common", "rounds_per_s"))
-    goal("W2", sprintf("chime re-arm / libevent common-timeout = %.2f", r), r, ">= 1.5", r >= 1.5)
+    goal("W2", sprintf("chime re-arm / STPE = %s", num(r, "%.2f")), r, ">= 4", r >= 4)
+    r = ratio(ra, lc)
+    goal("W2", sprintf("chime re-arm / libevent common-timeout = %s", num(r, "%.2f")), r, ">= 1.5", r >= 1.5)
     r = ratio(ra, c)
-    goal("W2", sprintf("re-arm / cancel+schedule = %.2f", r), r, "> 1", r > 1)
+    goal("W2", sprintf("re-arm / cancel+schedule = %s", num(r, "%.2f")), r, "> 1", r > 1)
     s = msize["w3"]
     split("p50_us p99_us p999_us", pp, " ")
-    for (pi = 1; pi <= 3; pi++) {
-        r = ratio(med("w3", s, "chime", pp[pi]), med("w3", s, "stpe", pp[pi]))
-        goal("W3", sprintf("chime / STPE %s = %.2f", pp[pi], r), r, "<= 0.5", r <= 0.5)
-    }
+    split("stpe stpe-slack", peers, " ")
+    split("STPE|STPE at 1 ns slack", pnames, "|")
+    for (qi = 1; qi <= 2; qi++)
+        for (pi = 1; pi <= 3; pi++) {
+            r = ratio(med("w3", s, "chime", pp[pi]), med("w3", s, peers[qi], pp[pi]))
+            goal("W3", sprintf("chime / %s %s = %s", pnames[qi], pp[pi], num(r, "%.2f")), r, "<= 0.5", r <= 0.5)
+        }
     s = msize["w4"]
     v = med("w4", s, "chime", "bytes_per_task")
-    goal("W4", sprintf("chime bytes per pending task = %.1f", v), v, "<= 64", v <= 64)
+    goal("W4", sprintf("chime bytes per pending task = %s", num(v, "%.1f")), v, "<= 64", v <= 64)
     v = med("w4", s, "chime", "ns_per_cancel")
-    goal("W4", sprintf("chime ns per cancel = %.1f", v), v, "<= 50", v <= 50)
+    goal("W4", sprintf("chime ns per cancel = %s", num(v, "%.1f")), v, "<= 50", v <= 50)
     s = msize["w5"]
     r = ratio(med("w5", s, "chime-post", "callbacks_per_s"), med("w5", s, "libuv-async", "callbacks_per_s"))
-    goal("W5", sprintf("chime post / libuv async callbacks/s = %.2f", r), r, ">= 2.5", r >= 2.5)
+    goal("W5", sprintf("chime post / libuv async callbacks/s = %s", num(r, "%.2f")), r, ">= 2.5", r >= 2.5)
     v = med("w5", s, "chime-post", "writes_per_cb")
-    goal("W5", sprintf("chime post eventfd writes per callback = %.2g", v), v, "<= 0.001", v != "" && v <= 0.001)
+    goal("W5", sprintf("chime post eventfd writes per callback = %s", num(v, "%.2g")), v, "<= 0.001", v != "" && v <= 0.001)
+    s = msize["w6"]
+    split("chime-rearm chime-touch", cs, " ")
+    split("libevent libevent-precise", ls, " ")
+    for (ci = 1; ci <= 2; ci++)
+        for (li = 1; li <= 2; li++) {
+            r = ratio(med("w6", s, cs[ci], "p99_us"), med("w6", s, ls[li], "p99_us"))
+            goal("W6", sprintf("%s p99 / %s p99 = %s", cs[ci], ls[li], num(r, "%.2f")), r, "<= 1.5", r <= 1.5)
+        }
+    # The touch rate of one loop thread (W7, K=1) against the cheapest
+    # libevent re-arm, the common-timeout queue: its W2 figure (the one
+    # the issue names) and its W7 figure at the same live set.
+    t = med("w7", 1, "chime-touch", "ops_per_s")
+    r = ratio(t, lc)
+    goal("W7", sprintf("touch (K=1) / libevent common-timeout re-add (W2, L=%s) = %s", msize["w2"], num(r, "%.2f")), r, ">= 5", r >= 5)
+    r = ratio(t, med("w7", 1, "libevent-common", "ops_per_s"))
+    goal("W7", sprintf("touch (K=1) / libevent common-timeout re-add (W7, same L) = %s", num(r, "%.2f")), r, ">= 5", r >= 5)
     if (nload > 0) {
         isort(loads, nload)
         printf "\n1-minute load average before each run (%d runs): median %.2f, " \
@@ -163,7 +280,7 @@ END {
     if (nbusy > 0) {
         isort(busys, nbusy)
         for (i = 1; i <= nbusy; i++) if (busys[i] <= 10) quiet++
-        printf "CPUs busy in the half second before each run: median %d%%, " \
+        printf "CPUs busy just before each run: median %d%%, " \
             "max %d%%; %d of %d runs started on a quiet machine (<= 10%%).\n",
             busys[int((nbusy + 1) / 2)], busys[nbusy], quiet, nbusy >> tbl
     }

@@ -10,6 +10,7 @@
  * Every pool has 2 worker threads (threads=N to change).
  * Prints RESULT lines (see common.h); exits 2 when an invariant breaks.
  */
+#include "chime_pool.h"
 #include "common.h"
 
 #include <chime/chime.h>
@@ -36,17 +37,8 @@ set_timer_slack(chime_pool *pool, void *ctx)
 static chime_pool *
 new_pool(const char *w, const char *sys)
 {
-    chime_pool_options o;
-    chime_pool_options_init(&o);
-    o.threads = (unsigned)g_threads;
-    if (g_slack_ns > 0)
-        o.on_thread_start = set_timer_slack;
-    chime_pool *p = NULL;
-    int rc = chime_pool_new(&o, &p);
-    BENCH_CHECK(rc == 0, w, sys, "chime_pool_new: %s", chime_strerror(rc));
-    rc = chime_pool_prestart_all(p);
-    BENCH_CHECK(rc >= 0, w, sys, "prestart: %s", chime_strerror(rc));
-    return p;
+    return bench_chime_pool(w, sys, g_threads,
+                            g_slack_ns > 0 ? set_timer_slack : NULL);
 }
 
 static void
@@ -77,12 +69,14 @@ w1_cb(chime_task *self, void *arg, void **result)
  * from the first schedule call until the counter reached n. */
 static int64_t w1_submit_ns; /* the producer's loop alone */
 static size_t w1_backlog;    /* tasks queued when the producer finished */
+static int64_t w1_cpu;       /* process CPU time over the phase */
 
 static int64_t
 w1_phase(chime_pool *p, long n, bench_rng *rng)
 {
     atomic_store(&w1_count, 0);
     w1_target = n;
+    int64_t c0 = bench_cpu_ns();
     int64_t t0 = bench_now_ns();
     for (long i = 0; i < n; i++) {
         int64_t d = (int64_t)bench_rng_below(rng, 10 * CHIME_MSEC + 1);
@@ -96,6 +90,7 @@ w1_phase(chime_pool *p, long n, bench_rng *rng)
     while (sem_wait(&w1_done) != 0)
         ;
     int64_t t1 = bench_now_ns();
+    w1_cpu = bench_cpu_ns() - c0;
     BENCH_CHECK(atomic_load(&w1_count) == n, "w1", "chime",
                 "counter %ld != %ld", atomic_load(&w1_count), n);
     return t1 - t0;
@@ -130,6 +125,7 @@ w1(int argc, char **argv)
                 (unsigned long long)st.submitted,
                 (unsigned long long)st.completed);
     bench_result("w1", "chime", "tasks_per_s", n / (ns / 1e9));
+    bench_result("w1", "chime", "cpu_ns_per_task", (double)w1_cpu / n);
     /* Diagnostics: is the producer or are the workers the bottleneck? */
     bench_result("w1", "chime", "ns_per_schedule", (double)w1_submit_ns / n);
     bench_result("w1", "chime", "backlog_at_last_submit", (double)w1_backlog);
@@ -190,9 +186,11 @@ w2(int argc, char **argv)
         BENCH_CHECK(rc == 0, "w2", sys, "schedule: %s", chime_strerror(rc));
     }
     w2_rounds(p, slots, l, warm, &rng, rearm, sys);
+    int64_t c0 = bench_cpu_ns();
     int64_t t0 = bench_now_ns();
     w2_rounds(p, slots, l, r, &rng, rearm, sys);
     int64_t ns = bench_now_ns() - t0;
+    int64_t cpu = bench_cpu_ns() - c0;
 
     chime_pool_stats st;
     chime_pool_get_stats(p, &st);
@@ -205,6 +203,7 @@ w2(int argc, char **argv)
                     sys, "slot %ld not pending", i);
     bench_result("w2", sys, "rounds_per_s", r / (ns / 1e9));
     bench_result("w2", sys, "ns_per_round", (double)ns / r);
+    bench_result("w2", sys, "cpu_ns_per_round", (double)cpu / r);
     destroy_pool(p, "w2", sys);
     for (long i = 0; i < l; i++)
         chime_task_release(slots[i]);
@@ -275,10 +274,13 @@ w3(int argc, char **argv)
                                                    w3_period, &h[i]);
         BENCH_CHECK(rc == 0, "w3", sys, "schedule: %s", chime_strerror(rc));
     }
-    /* Sleep past the window, then give late runs up to 2 s to happen. */
-    int64_t now;
-    while ((now = bench_now_ns()) < w3_mend + 20 * CHIME_MSEC)
-        usleep((useconds_t)((w3_mend + 20 * CHIME_MSEC - now) / 1000 + 1));
+    /* CPU time over the measured window; then sleep past it and give late
+     * runs up to 2 s to happen. */
+    bench_sleep_until(w3_mstart);
+    int64_t c0 = bench_cpu_ns();
+    bench_sleep_until(w3_mend);
+    int64_t cpu = bench_cpu_ns() - c0;
+    bench_sleep_until(w3_mend + 20 * CHIME_MSEC);
     for (int spin = 0; spin < 2000 && atomic_load(&w3_n) < expect; spin++)
         usleep(1000);
     for (long i = 0; i < tasks; i++) {
@@ -296,6 +298,7 @@ w3(int argc, char **argv)
     BENCH_CHECK(st.failed == 0, "w3", sys, "%llu failed",
                 (unsigned long long)st.failed);
     bench_result("w3", sys, "runs_per_s", n / (measure / 1e9));
+    bench_result("w3", sys, "cpu_ns_per_run", (double)cpu / n);
     bench_lateness_report("w3", sys, w3_samples, (size_t)n, dump);
     free(w3_samples);
     free(ts);
@@ -327,24 +330,28 @@ w4(int argc, char **argv)
     chime_pool *p = new_pool("w4", "chime");
 
     long long rss0 = bench_rss_bytes();
+    int64_t c0 = bench_cpu_ns();
     int64_t t0 = bench_now_ns();
     for (long i = 0; i < np; i++) {
         int rc = chime_pool_schedule(p, w4_cb, NULL, 3600 * CHIME_SEC, &h[i]);
         BENCH_CHECK(rc == 0, "w4", "chime", "schedule: %s", chime_strerror(rc));
     }
     int64_t t1 = bench_now_ns();
+    int64_t c1 = bench_cpu_ns();
     long long rss1 = bench_rss_bytes();
     chime_pool_stats st;
     chime_pool_get_stats(p, &st);
     BENCH_CHECK(st.pending == (size_t)np, "w4", "chime", "%zu pending",
                 st.pending);
 
+    int64_t c2 = bench_cpu_ns();
     int64_t t2 = bench_now_ns();
     for (long i = 0; i < np; i++) {
         int rc = chime_task_cancel(h[i], 0);
         BENCH_CHECK(rc == 0, "w4", "chime", "cancel: %s", chime_strerror(rc));
     }
     int64_t t3 = bench_now_ns();
+    int64_t c3 = bench_cpu_ns();
     chime_pool_get_stats(p, &st);
     BENCH_CHECK(st.pending == 0 && st.cancelled == (uint64_t)np, "w4", "chime",
                 "%zu pending, %llu cancelled", st.pending,
@@ -352,6 +359,8 @@ w4(int argc, char **argv)
     bench_result("w4", "chime", "bytes_per_task", (double)(rss1 - rss0) / np);
     bench_result("w4", "chime", "ns_per_cancel", (double)(t3 - t2) / np);
     bench_result("w4", "chime", "ns_per_schedule", (double)(t1 - t0) / np);
+    bench_result("w4", "chime", "cpu_ns_per_cancel", (double)(c3 - c2) / np);
+    bench_result("w4", "chime", "cpu_ns_per_schedule", (double)(c1 - c0) / np);
     for (long i = 0; i < np; i++)
         chime_task_release(h[i]);
     destroy_pool(p, "w4", "chime");
@@ -436,6 +445,7 @@ w5(int argc, char **argv)
         chime_loop_get_stats(g5.loop, &s0);
     while (s0.dispatched < 1);
     long long w0 = bench_syscw();
+    int64_t c0 = bench_cpu_ns();
     int64_t t0 = bench_now_ns();
     for (long i = 0; i < g5.m; i++) {
         rc = sched ? chime_loop_schedule(g5.loop, w5_cb, NULL, 0, NULL)
@@ -443,6 +453,7 @@ w5(int argc, char **argv)
         BENCH_CHECK(rc == 0, "w5", sys, "submit: %s", chime_strerror(rc));
     }
     pthread_join(g5.loop_tid, NULL);
+    int64_t cpu = bench_cpu_ns() - c0;
     long long w1c = bench_syscw();
     chime_loop_get_stats(g5.loop, &s1);
 
@@ -454,6 +465,7 @@ w5(int argc, char **argv)
                 "dispatched %llu",
                 (unsigned long long)(s1.dispatched - s0.dispatched));
     bench_result("w5", sys, "callbacks_per_s", g5.m / ((g5.t_end - t0) / 1e9));
+    bench_result("w5", sys, "cpu_ns_per_cb", (double)cpu / g5.m);
     bench_result("w5", sys, "writes_per_cb",
                  (double)(s1.wakeups - s0.wakeups) / g5.m);
     if (w0 >= 0)

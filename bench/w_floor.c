@@ -1,21 +1,51 @@
 /* SPDX-License-Identifier: MIT */
-/* The machine's timer floor for W3: no scheduler at all.
+/* The machine's floor: what no scheduler built on it can beat.
  *
- * One thread walks the exact W3 schedule (the same 1,000 tasks, offsets
- * from the same PRNG, period 10 ms, so the same 100,000 deadlines per
- * second in time order) and sleeps to each deadline with
- * clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME), then records lateness
- * exactly as the schedulers' callbacks do. No locks, no queue, no hand-off:
- * whatever lateness this shows comes from the kernel and the hypervisor
- * (timer slack, wake-up latency, vCPU scheduling), and no scheduler built on
- * timed waits can beat it on this machine.
+ * w3: the timer floor for W3. One thread walks the exact W3 schedule (the
+ * same 1,000 tasks, offsets from the same PRNG, period 10 ms, so the same
+ * 100,000 deadlines per second in time order) and sleeps to each deadline
+ * with clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME), then records
+ * lateness exactly as the schedulers' callbacks do. No locks, no queue, no
+ * hand-off: whatever lateness this shows comes from the kernel and the
+ * hypervisor (timer slack, wake-up latency, vCPU scheduling), and no
+ * scheduler built on timed waits can beat it on this machine.
+ *
+ * units: the unit costs that W1, W2 and W5 are made of, measured in the
+ * same run as them (ns per operation, the mean over many):
+ *   clock_ns              clock_gettime(CLOCK_MONOTONIC)
+ *   clock_coarse_ns       clock_gettime(CLOCK_MONOTONIC_COARSE) (libevent's)
+ *   mutex_ns              pthread_mutex_lock + unlock, uncontended
+ *   mutex_contended_ns    the same pair with a second thread doing the same
+ *                         on the same mutex: wall time / pairs of one thread
+ *   atomic_rmw_ns         atomic_fetch_add (seq_cst) on a line nobody shares
+ *   atomic_contended_ns   the same with a second thread adding to the same
+ *                         line: wall time / additions of one thread
+ *   futex_wake_ns         FUTEX_WAKE that woke a sleeping thread (the
+ *                         waker's system call alone; waking a halted vCPU
+ *                         is what makes it expensive in a VM)
+ *   futex_handoff_ns      one hand-off between two threads that take turns
+ *                         through a futex (half a round trip: wake, the
+ *                         other thread runs and wakes us back)
+ *   futex_wakes_per_handoff  how many of those hand-offs found the other
+ *                         thread asleep (the rest caught it before it slept:
+ *                         its FUTEX_WAIT saw the word already changed)
+ *   eventfd_write_ns      write(2) of 1 to an eventfd nobody reads (the
+ *                         wake-up write of chime and libuv, without a waiter)
+ * The two-thread figures need both threads on a CPU at once: on a busy
+ * machine they drift towards the one-thread ones.
  *
  * Usage: w_floor w3 tasks=1000 period_ms=10 warm_ms=1000 measure_ms=5000
- *        dump=FILE slack_ns=N
+ *                   dump=FILE slack_ns=N
+ *        w_floor units scale_pct=100   (iteration counts in percent)
  */
 #include "common.h"
 
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 
 static int
 cmp_i64(const void *a, const void *b)
@@ -23,13 +53,11 @@ cmp_i64(const void *a, const void *b)
     return bench_cmp_i64(a, b);
 }
 
-int
-main(int argc, char **argv)
+/* ---- w3 ------------------------------------------------------------------ */
+
+static void
+w3(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "w3") != 0) {
-        fprintf(stderr, "usage: %s w3 [key=value ...]\n", argv[0]);
-        return 1;
-    }
     /* slack_ns=N: this thread's timer slack (prctl PR_SET_TIMERSLACK);
      * 0 keeps the default (50 us for normal threads). */
     long slack = (long)bench_arg(argc, argv, "slack_ns", 0);
@@ -53,29 +81,239 @@ main(int argc, char **argv)
 
     int64_t t0 = bench_now_ns() + 50000000;
     int64_t mstart = t0 + warm, mend = mstart + measure;
+    int64_t c0 = -1;
     long n = 0;
     for (int64_t base = t0; base < mend; base += period) {
         for (long i = 0; i < tasks; i++) {
             int64_t due = base + off[i];
             if (due >= mend)
                 break;
+            if (due >= mstart && c0 < 0)
+                c0 = bench_cpu_ns();
             int64_t now = bench_now_ns();
             if (now < due) {
-                struct timespec ts = {(time_t)(due / 1000000000),
-                                      (long)(due % 1000000000)};
-                while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts,
-                                       NULL) == EINTR)
-                    ;
+                bench_sleep_until(due);
                 now = bench_now_ns();
             }
             if (due >= mstart && n < expect)
                 s[n++] = now - due;
         }
     }
+    int64_t cpu = bench_cpu_ns() - c0;
     BENCH_CHECK(n == expect, "w3", sys, "%ld samples, want %ld", n, expect);
     bench_result("w3", sys, "runs_per_s", n / (measure / 1e9));
+    bench_result("w3", sys, "cpu_ns_per_run", (double)cpu / n);
     bench_lateness_report("w3", sys, s, (size_t)n, dump);
     free(off);
     free(s);
+}
+
+/* ---- units --------------------------------------------------------------- */
+
+#define UW "units"
+#define US "os"
+
+static volatile uint64_t sink; /* keeps measured loops from being dropped */
+
+/* Two threads that start together: the second runs fn(arg) on a thread of
+ * its own while the caller runs fn(arg) too; returns the wall time until
+ * both are done. */
+struct pair {
+    pthread_barrier_t go;
+    void (*fn)(void *);
+    void *arg;
+};
+
+static void *
+pair_main(void *p)
+{
+    struct pair *pr = p;
+    pthread_barrier_wait(&pr->go);
+    pr->fn(pr->arg);
+    return NULL;
+}
+
+static int64_t
+run_pair(void (*fn)(void *), void *arg, void (*fn2)(void *))
+{
+    struct pair pr = {.fn = fn2 ? fn2 : fn, .arg = arg};
+    pthread_t t;
+    BENCH_CHECK(pthread_barrier_init(&pr.go, NULL, 2) == 0, UW, US, "barrier");
+    BENCH_CHECK(pthread_create(&t, NULL, pair_main, &pr) == 0, UW, US,
+                "thread");
+    pthread_barrier_wait(&pr.go);
+    int64_t t0 = bench_now_ns();
+    fn(arg);
+    pthread_join(t, NULL);
+    int64_t ns = bench_now_ns() - t0;
+    pthread_barrier_destroy(&pr.go);
+    return ns;
+}
+
+static long g_n; /* iterations of the running measurement, per thread */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Alignas(64) atomic_ulong g_counter;
+
+static void
+mutex_loop(void *arg)
+{
+    (void)arg;
+    for (long i = 0; i < g_n; i++) {
+        pthread_mutex_lock(&g_mu);
+        sink++;
+        pthread_mutex_unlock(&g_mu);
+    }
+}
+
+static void
+atomic_loop(void *arg)
+{
+    (void)arg;
+    for (long i = 0; i < g_n; i++)
+        atomic_fetch_add(&g_counter, 1);
+}
+
+/* Futex ping-pong: `turn` says whose turn it is (0: the caller, 1: the
+ * second thread); each side sleeps in FUTEX_WAIT until it is its turn. */
+static _Alignas(64) atomic_int g_turn;
+static atomic_long g_wake_ns, g_wakes;
+
+static long
+futex(atomic_int *w, int op, int val)
+{
+    return syscall(SYS_futex, (int *)w, op | FUTEX_PRIVATE_FLAG, val, NULL,
+                   NULL, 0);
+}
+
+static void
+pingpong(int me)
+{
+    long wake_ns = 0, wakes = 0;
+    for (long i = 0; i < g_n; i++) {
+        while (atomic_load(&g_turn) != me)
+            futex(&g_turn, FUTEX_WAIT, !me);
+        atomic_store(&g_turn, !me);
+        int64_t t0 = bench_now_ns();
+        long woke = futex(&g_turn, FUTEX_WAKE, 1);
+        int64_t t1 = bench_now_ns();
+        if (woke == 1) {
+            wake_ns += t1 - t0;
+            wakes++;
+        }
+    }
+    atomic_fetch_add(&g_wake_ns, wake_ns);
+    atomic_fetch_add(&g_wakes, wakes);
+}
+
+static void
+pingpong_a(void *arg)
+{
+    (void)arg;
+    pingpong(0);
+}
+
+static void
+pingpong_b(void *arg)
+{
+    (void)arg;
+    pingpong(1);
+}
+
+static double
+per_op(int64_t ns, long n)
+{
+    return (double)ns / (double)n;
+}
+
+static void
+units(int argc, char **argv)
+{
+    long pct = bench_arg(argc, argv, "scale_pct", 100);
+    BENCH_CHECK(pct > 0, UW, US, "scale_pct must be > 0");
+#define N(full) ((long)((full) / 100 * pct > 0 ? (full) / 100 * pct : 1))
+    struct timespec ts;
+    int64_t t0;
+
+    long n = N(2000000);
+    t0 = bench_now_ns();
+    for (long i = 0; i < n; i++) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        sink += (uint64_t)ts.tv_nsec;
+    }
+    bench_result(UW, US, "clock_ns", per_op(bench_now_ns() - t0, n));
+
+    t0 = bench_now_ns();
+    for (long i = 0; i < n; i++) {
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+        sink += (uint64_t)ts.tv_nsec;
+    }
+    bench_result(UW, US, "clock_coarse_ns", per_op(bench_now_ns() - t0, n));
+
+    g_n = N(5000000);
+    t0 = bench_now_ns();
+    mutex_loop(NULL);
+    bench_result(UW, US, "mutex_ns", per_op(bench_now_ns() - t0, g_n));
+
+    g_n = N(1000000);
+    uint64_t before = sink;
+    int64_t ns = run_pair(mutex_loop, NULL, NULL);
+    BENCH_CHECK(sink - before == 2 * (uint64_t)g_n, UW, US,
+                "mutex lost an increment: %llu, want %llu",
+                (unsigned long long)(sink - before),
+                (unsigned long long)(2 * g_n));
+    bench_result(UW, US, "mutex_contended_ns", per_op(ns, g_n));
+
+    g_n = N(10000000);
+    atomic_store(&g_counter, 0);
+    t0 = bench_now_ns();
+    atomic_loop(NULL);
+    bench_result(UW, US, "atomic_rmw_ns", per_op(bench_now_ns() - t0, g_n));
+
+    g_n = N(2000000);
+    atomic_store(&g_counter, 0);
+    ns = run_pair(atomic_loop, NULL, NULL);
+    BENCH_CHECK(atomic_load(&g_counter) == 2 * (unsigned long)g_n, UW, US,
+                "atomic counter %lu", atomic_load(&g_counter));
+    bench_result(UW, US, "atomic_contended_ns", per_op(ns, g_n));
+
+    g_n = N(10000);
+    atomic_store(&g_turn, 0);
+    ns = run_pair(pingpong_a, NULL, pingpong_b);
+    bench_result(UW, US, "futex_handoff_ns", per_op(ns, 2 * g_n));
+    if (atomic_load(&g_wakes) > 0)
+        bench_result(UW, US, "futex_wake_ns",
+                     per_op(atomic_load(&g_wake_ns), atomic_load(&g_wakes)));
+    bench_result(UW, US, "futex_wakes_per_handoff",
+                 per_op(atomic_load(&g_wakes), 2 * g_n));
+
+    int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    BENCH_CHECK(efd >= 0, UW, US, "eventfd: %s", strerror(errno));
+    n = N(200000);
+    uint64_t one = 1;
+    t0 = bench_now_ns();
+    for (long i = 0; i < n; i++)
+        BENCH_CHECK(write(efd, &one, sizeof(one)) == sizeof(one), UW, US,
+                    "eventfd write: %s", strerror(errno));
+    bench_result(UW, US, "eventfd_write_ns", per_op(bench_now_ns() - t0, n));
+    uint64_t total = 0;
+    BENCH_CHECK(read(efd, &total, sizeof(total)) == sizeof(total) &&
+                    total == (uint64_t)n,
+                UW, US, "eventfd counter %llu, want %ld",
+                (unsigned long long)total, n);
+    close(efd);
+#undef N
+}
+
+int
+main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "w3") == 0)
+        w3(argc, argv);
+    else if (argc >= 2 && strcmp(argv[1], "units") == 0)
+        units(argc, argv);
+    else {
+        fprintf(stderr, "usage: %s w3|units [key=value ...]\n", argv[0]);
+        return 1;
+    }
     return 0;
 }

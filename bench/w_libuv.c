@@ -112,15 +112,18 @@ main(int argc, char **argv)
         ;
 
     long long w0 = bench_syscw();
+    int64_t c0 = bench_cpu_ns();
     int64_t t0 = bench_now_ns();
     for (long i = 0; i < g.m; i++)
         submit(cb, NULL);
     pthread_join(g.loop_tid, NULL);
+    int64_t cpu = bench_cpu_ns() - c0;
     long long w1 = bench_syscw();
     BENCH_CHECK(g.count == g.m, "w5", sys, "%ld callbacks, want %ld", g.count,
                 g.m);
     BENCH_CHECK(g.off_loop == 0, "w5", sys, "%ld off the loop", g.off_loop);
     bench_result("w5", sys, "callbacks_per_s", g.m / ((g.t_end - t0) / 1e9));
+    bench_result("w5", sys, "cpu_ns_per_cb", (double)cpu / g.m);
     if (w0 >= 0) {
         bench_result("w5", sys, "writes_per_cb", (double)(w1 - w0) / g.m);
         bench_result("w5", sys, "syscw_per_cb", (double)(w1 - w0) / g.m);

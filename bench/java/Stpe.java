@@ -10,9 +10,20 @@
 // (CLOCK_MONOTONIC on Linux). JIT warm-up: W1/W2 run their warm-up phase
 // twice before measuring, W3 has its own 1 s warm-up, W4 schedules and
 // cancels 50k tasks first.
+// CPU time per item (cpu_ns_per_*, as in bench/common.h) is the process's
+// CPU time from OperatingSystemMXBean.getProcessCpuTime(): every thread,
+// GC and JIT included. On Linux the JDK reads it with times(2), in 10 ms
+// ticks: about 5 % on the shortest timed region at full size (W4's
+// schedule loop, ~0.2 s), noise in --quick.
+// slack_ns=N (W3): the JVM was started under bench/timerslack.c, so every
+// thread sleeps with N ns of timer slack; the figures are reported as
+// system "stpe-slack", and the slack of the process's main thread
+// (/proc/self/timerslack_ns, which every later thread inherited) is
+// checked.
 
 import java.io.IOException;
 import java.io.PrintWriter;
+import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.util.Arrays;
@@ -25,8 +36,16 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
 public final class Stpe {
-    static final String SYS = "stpe";
+    static String SYS = "stpe";
     static String[] args;
+    static final com.sun.management.OperatingSystemMXBean OS =
+        (com.sun.management.OperatingSystemMXBean)
+            ManagementFactory.getOperatingSystemMXBean();
+
+    // CPU time of the whole process so far, ns (see the note at the top).
+    static long cpu() {
+        return OS.getProcessCpuTime();
+    }
 
     // ---- shared helpers (mirrors bench/common.h) ----
 
@@ -124,6 +143,12 @@ public final class Stpe {
         }
     }
 
+    static void sleepUntil(long t) throws InterruptedException {
+        long now;
+        while ((now = System.nanoTime()) < t)
+            Thread.sleep((t - now) / 1_000_000L, (int) ((t - now) % 1_000_000L));
+    }
+
     static ScheduledThreadPoolExecutor newPool(boolean removeOnCancel) {
         ScheduledThreadPoolExecutor ex =
             new ScheduledThreadPoolExecutor((int) arg("threads", 2));
@@ -142,7 +167,7 @@ public final class Stpe {
     static final AtomicLong w1Count = new AtomicLong();
     static volatile long w1Target;
     static volatile CountDownLatch w1Done;
-    static long w1SubmitNs, w1Backlog;
+    static long w1SubmitNs, w1Backlog, w1Cpu;
 
     static long w1Phase(ScheduledThreadPoolExecutor ex, long n, Rng rng)
         throws InterruptedException {
@@ -153,6 +178,7 @@ public final class Stpe {
             if (w1Count.incrementAndGet() == w1Target)
                 w1Done.countDown();
         };
+        long c0 = cpu();
         long t0 = System.nanoTime();
         for (long i = 0; i < n; i++)
             ex.schedule(r, rng.below(10_000_001L), TimeUnit.NANOSECONDS);
@@ -160,6 +186,7 @@ public final class Stpe {
         w1Backlog = ex.getQueue().size();
         w1Done.await();
         long t1 = System.nanoTime();
+        w1Cpu = cpu() - c0;
         check(w1Count.get() == n, "w1", SYS, "counter " + w1Count.get());
         return t1 - t0;
     }
@@ -184,6 +211,7 @@ public final class Stpe {
               "completed " + (ex.getCompletedTaskCount() - done0));
         check(ex.getQueue().isEmpty(), "w1", SYS, "queue not empty");
         result("w1", SYS, "tasks_per_s", n / (ns / 1e9));
+        result("w1", SYS, "cpu_ns_per_task", (double) w1Cpu / n);
         result("w1", SYS, "ns_per_schedule", (double) w1SubmitNs / n);
         result("w1", SYS, "backlog_at_last_submit", (double) w1Backlog);
         shutdown(ex);
@@ -217,9 +245,11 @@ public final class Stpe {
             slots[i] = ex.schedule(never, 60, TimeUnit.SECONDS);
         for (int rep = 0; rep < 2; rep++)
             w2Rounds(ex, slots, warm, rng, never);
+        long c0 = cpu();
         long t0 = System.nanoTime();
         w2Rounds(ex, slots, r, rng, never);
         long ns = System.nanoTime() - t0;
+        long cpuNs = cpu() - c0;
         check(ex.getQueue().size() == l, "w2", SYS,
               ex.getQueue().size() + " queued, want " + l);
         check(w2Ran.get() == 0, "w2", SYS, w2Ran.get() + " ran");
@@ -227,6 +257,7 @@ public final class Stpe {
             check(!slots[i].isDone(), "w2", SYS, "slot " + i + " done");
         result("w2", SYS, "rounds_per_s", r / (ns / 1e9));
         result("w2", SYS, "ns_per_round", (double) ns / r);
+        result("w2", SYS, "cpu_ns_per_round", (double) cpuNs / r);
         shutdown(ex);
     }
 
@@ -276,9 +307,12 @@ public final class Stpe {
             h[i] = ex.scheduleAtFixedRate(ts[i], delay, w3Period,
                                           TimeUnit.NANOSECONDS);
         }
-        long now;
-        while ((now = System.nanoTime()) < w3Mend + 20_000_000L)
-            Thread.sleep((w3Mend + 20_000_000L - now) / 1_000_000L + 1);
+        // CPU time over the measured window, then past it.
+        sleepUntil(w3Mstart);
+        long c0 = cpu();
+        sleepUntil(w3Mend);
+        long cpuNs = cpu() - c0;
+        sleepUntil(w3Mend + 20_000_000L);
         for (int i = 0; i < 2000 && w3N.get() < expect; i++)
             Thread.sleep(1);
         for (int i = 0; i < tasks; i++)
@@ -288,6 +322,7 @@ public final class Stpe {
         check(n == expect, "w3", SYS,
               n + " runs in the window, want " + expect + " (fell behind?)");
         result("w3", SYS, "runs_per_s", n / (measure / 1e9));
+        result("w3", SYS, "cpu_ns_per_run", (double) cpuNs / n);
         latenessReport("w3", SYS, w3Samples, n, dump);
     }
 
@@ -308,29 +343,51 @@ public final class Stpe {
 
         long heap0 = gcAndUsedHeap();
         long rss0 = rss();
+        long c0 = cpu();
         long t0 = System.nanoTime();
         for (int i = 0; i < p; i++)
             h[i] = ex.schedule(r, 1, TimeUnit.HOURS);
         long t1 = System.nanoTime();
+        long c1 = cpu();
         long heap1 = gcAndUsedHeap();
         long rss1 = rss();
         check(ex.getQueue().size() == p, "w4", SYS,
               ex.getQueue().size() + " queued");
+        long c2 = cpu();
         long t2 = System.nanoTime();
         for (int i = 0; i < p; i++)
             if (!h[i].cancel(false))
                 check(false, "w4", SYS, "cancel failed");
         long t3 = System.nanoTime();
+        long c3 = cpu();
         check(ex.getQueue().isEmpty(), "w4", SYS, "queue not empty");
         result("w4", SYS, "bytes_per_task", (double) (rss1 - rss0) / p);
         result("w4", SYS, "heap_bytes_per_task", (double) (heap1 - heap0) / p);
         result("w4", SYS, "ns_per_cancel", (double) (t3 - t2) / p);
         result("w4", SYS, "ns_per_schedule", (double) (t1 - t0) / p);
+        result("w4", SYS, "cpu_ns_per_cancel", (double) (c3 - c2) / p);
+        result("w4", SYS, "cpu_ns_per_schedule", (double) (c1 - c0) / p);
         shutdown(ex);
     }
 
     public static void main(String[] a) throws Exception {
         args = a;
+        long slack = arg("slack_ns", 0);
+        if (slack > 0) {
+            SYS = "stpe-slack";
+            // The JVM's first thread, whose slack every later thread
+            // inherited. Reading another thread's value needs
+            // CAP_SYS_NICE: without it the wrapper's own check stands.
+            try {
+                String v = new String(Files.readAllBytes(
+                    Paths.get("/proc/self/timerslack_ns"))).trim();
+                check(Long.parseLong(v) == slack, a[0], SYS,
+                      "timer slack " + v + " ns, want " + slack
+                          + " (not started by bench/timerslack?)");
+            } catch (IOException e) {
+                System.err.println("stpe: cannot read timer slack: " + e);
+            }
+        }
         if (a.length < 1) {
             System.err.println("usage: java Stpe w1|w2|w3|w4 [key=value ...]");
             System.exit(1);

@@ -6,24 +6,55 @@
 // Usage: java -cp netty-common.jar:. Wheel <w2|w4> [key=value ...]
 // A hashed wheel is the other classic design for connection timeouts:
 // O(1) schedule and cancel, the price being tick granularity (default
-// 100 ms ticks, 512 buckets) and a worker that wakes every tick. Its cancel
-// is lazy: cancelled timeouts are unlinked by the worker at the next tick,
-// so the invariants wait (up to 10 s) for pendingTimeouts() to settle.
+// 100 ms ticks, 512 buckets) and a worker that wakes every tick. Both
+// operations are deferred to that worker: newTimeout() appends to an
+// inbound queue that the worker moves into the wheel at its ticks (at most
+// 100,000 per tick), cancel() marks the timeout and queues it for the
+// worker to unlink at its next tick. So W2 has two rates: the caller's
+// (rounds_per_s: how fast the calls return) and the settled rate
+// (settled_rounds_per_s: R over the time until the worker has applied
+// every cancel and schedule of the R rounds).
+//
+// Settling is observed, not waited for: settle() submits a sentinel
+// timeout with delay 0 behind everything the caller did. The worker moves
+// the inbound queue in order and expires a timeout due in the current tick
+// in the tick that moved it, and at the start of that tick it has unlinked
+// every cancel queued before; so when the sentinel runs, every schedule is
+// in the wheel and every earlier cancel but those queued during that very
+// tick is applied. settle() repeats until pendingTimeouts() is exactly what
+// the caller left (the second sentinel covers the stragglers).
 // Defaults of new HashedWheelTimer() throughout.
 
 import io.netty.util.HashedWheelTimer;
 import io.netty.util.Timeout;
 import io.netty.util.TimerTask;
 import java.util.Arrays;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
 public final class Wheel {
     static final String SYS = "netty";
 
-    static void waitPending(HashedWheelTimer t, long want) throws Exception {
-        for (int i = 0; i < 1000 && t.pendingTimeouts() != want; i++)
-            Thread.sleep(10);
+    // Returns System.nanoTime() at which the worker ran the sentinel that
+    // found pendingTimeouts() == want (see the note at the top).
+    static long settle(HashedWheelTimer t, long want, String w)
+        throws Exception {
+        for (int i = 0; i < 100; i++) {
+            CountDownLatch ran = new CountDownLatch(1);
+            long[] at = new long[1];
+            t.newTimeout(x -> {
+                at[0] = System.nanoTime();
+                ran.countDown();
+            }, 0, TimeUnit.NANOSECONDS);
+            Stpe.check(ran.await(60, TimeUnit.SECONDS), w, SYS,
+                       "sentinel did not run within 60 s");
+            if (t.pendingTimeouts() == want)
+                return at[0];
+        }
+        Stpe.check(false, w, SYS, t.pendingTimeouts() + " pending, want "
+                                      + want + " after 100 sentinels");
+        return 0;
     }
 
     static final AtomicLong ran = new AtomicLong();
@@ -52,10 +83,14 @@ public final class Wheel {
             slots[i] = timer.newTimeout(never, 60, TimeUnit.SECONDS);
         for (int rep = 0; rep < 2; rep++)
             w2Rounds(timer, slots, warm, rng, never);
+        settle(timer, l, "w2");
+        long c0 = Stpe.cpu();
         long t0 = System.nanoTime();
         w2Rounds(timer, slots, r, rng, never);
         long ns = System.nanoTime() - t0;
-        waitPending(timer, l);
+        long cpuNs = Stpe.cpu() - c0;
+        long settledNs = settle(timer, l, "w2") - t0;
+        long settledCpu = Stpe.cpu() - c0;
         Stpe.check(timer.pendingTimeouts() == l, "w2", SYS,
                    timer.pendingTimeouts() + " pending, want " + l);
         Stpe.check(ran.get() == 0, "w2", SYS, ran.get() + " ran");
@@ -64,6 +99,10 @@ public final class Wheel {
                        SYS, "slot " + i + " not pending");
         Stpe.result("w2", SYS, "rounds_per_s", r / (ns / 1e9));
         Stpe.result("w2", SYS, "ns_per_round", (double) ns / r);
+        Stpe.result("w2", SYS, "cpu_ns_per_round", (double) cpuNs / r);
+        Stpe.result("w2", SYS, "settled_rounds_per_s", r / (settledNs / 1e9));
+        Stpe.result("w2", SYS, "settled_cpu_ns_per_round",
+                    (double) settledCpu / r);
         timer.stop();
     }
 
@@ -79,27 +118,30 @@ public final class Wheel {
         for (int i = 0; i < 50_000; i++)
             h[i].cancel();
         Arrays.fill(h, null);
-        waitPending(timer, 0);
-        Stpe.check(timer.pendingTimeouts() == 0, "w4", SYS, "warm-up pending");
+        settle(timer, 0, "w4");
 
         long heap0 = Stpe.gcAndUsedHeap();
         long rss0 = Stpe.rss();
+        long c0 = Stpe.cpu();
         long t0 = System.nanoTime();
         for (int i = 0; i < p; i++)
             h[i] = timer.newTimeout(task, 1, TimeUnit.HOURS);
         long t1 = System.nanoTime();
-        // Let the worker move them from its inbound queue to the wheel.
-        Thread.sleep(Math.min(3000, 200 + p / 800));
+        long c1 = Stpe.cpu();
+        // The worker moves them from its inbound queue to the wheel.
+        settle(timer, p, "w4");
         long heap1 = Stpe.gcAndUsedHeap();
         long rss1 = Stpe.rss();
         Stpe.check(timer.pendingTimeouts() == p, "w4", SYS,
                    timer.pendingTimeouts() + " pending");
+        long c2 = Stpe.cpu();
         long t2 = System.nanoTime();
         for (int i = 0; i < p; i++)
             if (!h[i].cancel())
                 Stpe.check(false, "w4", SYS, "cancel failed");
         long t3 = System.nanoTime();
-        waitPending(timer, 0);
+        long c3 = Stpe.cpu();
+        settle(timer, 0, "w4");
         Stpe.check(timer.pendingTimeouts() == 0 && ran.get() == 0, "w4", SYS,
                    timer.pendingTimeouts() + " pending after cancel");
         Stpe.result("w4", SYS, "bytes_per_task", (double) (rss1 - rss0) / p);
@@ -107,6 +149,8 @@ public final class Wheel {
                     (double) (heap1 - heap0) / p);
         Stpe.result("w4", SYS, "ns_per_cancel", (double) (t3 - t2) / p);
         Stpe.result("w4", SYS, "ns_per_schedule", (double) (t1 - t0) / p);
+        Stpe.result("w4", SYS, "cpu_ns_per_cancel", (double) (c3 - c2) / p);
+        Stpe.result("w4", SYS, "cpu_ns_per_schedule", (double) (c1 - c0) / p);
         timer.stop();
     }
 
