@@ -345,14 +345,6 @@ chime__loop_stolen_locked(struct chime_loop *l, struct chime_task *t,
     }
 }
 
-static int
-is_lazy(struct chime_task *t, int64_t deadline, void *arg)
-{
-    (void)deadline;
-    (void)arg;
-    return (t->flags & CHIME_TF_LAZY) != 0;
-}
-
 void
 chime__timers_due_locked(struct chime_loop *l, int64_t now,
                          struct chime_task **garbage)
@@ -365,7 +357,8 @@ chime__timers_due_locked(struct chime_loop *l, int64_t now,
         struct chime_task *t = h->slots[0].task;
         int64_t d = h->slots[0].deadline;
         if (chime__state_is_final(chime__task_state(t))) {
-            /* Cancelled: lazily removed, or retained until its deadline. */
+            /* Cancelled and retained until its deadline (remove_on_cancel
+             * off). */
             chime__theap_pop(h, NULL);
             chime__loop_drop_locked(l, t, garbage);
             continue;
@@ -441,21 +434,15 @@ chime__loop_cancel_locked(struct chime_loop *l, struct chime_task *t,
     } else {
         CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
         chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        if (!atomic_load(&p->accepting)) {
-            /* A shut-down pool waits for this binding's tasks: out now,
-             * not at its deadline. */
+        if (!atomic_load(&p->accepting) ||
+            atomic_load(&p->remove_on_cancel)) {
+            /* Out of the queue at once: O(log n) in the binding's own heap
+             * (no lock to hold short, unlike the pool's, which removes
+             * lazily), and the node goes back to the binding's cache as
+             * soon as the last handle lets go. A shut-down pool waits for
+             * this binding's tasks: out now, not at its deadline. */
             chime__theap_remove(&l->timers, t);
             chime__loop_drop_locked(l, t, garbage);
-        } else if (atomic_load(&p->remove_on_cancel)) {
-            /* Out of the queue for everyone at once; the slot is reclaimed
-             * at the head or by a compaction once half the heap is such. */
-            t->flags |= CHIME_TF_LAZY;
-            if (++l->timers.lazy >= 64 &&
-                l->timers.lazy * 2 > l->timers.len) {
-                struct chime_task *removed = NULL;
-                chime__theap_filter(&l->timers, is_lazy, NULL, &removed);
-                chime__loop_cancel_list_locked(l, removed, garbage);
-            }
         }
         /* Otherwise retained (remove_on_cancel off, Java's behaviour):
          * dropped when its deadline comes, by purge or at shutdown. */
