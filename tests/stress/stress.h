@@ -139,6 +139,9 @@ typedef struct rec {
     atomic_int seen_outcome;     /* first outcome a wait saw, +1; 0 none */
     atomic_int handler_calls, handler_reason;
     int64_t not_before; /* private loop records: loop thread only */
+    int64_t timeout;    /* private loop one-shots: the delay of the
+                           submission or last re-arm (touch) */
+    atomic_int touch_ok;
 } rec;
 
 /* ---- a round ------------------------------------------------------------- */
@@ -235,6 +238,7 @@ extern round_state *G;
 typedef struct coverage {
     atomic_ullong cancel_pending, cancel_running, cancel_loop, cancel_self;
     atomic_ullong removed, handed_back, rearmed, caller_runs, handler_calls;
+    atomic_ullong touched;
     atomic_ullong evicted, lost_outcomes, waits_done, shutdowns_now;
 } coverage;
 extern coverage COV;

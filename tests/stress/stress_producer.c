@@ -132,6 +132,32 @@ op_rearm(producer *pr)
     handle_put(r, t);
 }
 
+/* chime_task_touch from any thread: 0 (or -EALREADY) for a one-shot loop
+ * task, -EINVAL for a periodic loop task, -ENOTSUP for a pool task. A
+ * touch only ever delays a run, so "never early" needs no change. */
+static void
+op_touch(producer *pr)
+{
+    rng *g = &pr->rng;
+    rec *r = pick(g, rng_pm(g, 300));
+    chime_task *t = r ? handle_get(r) : NULL;
+    if (t == NULL)
+        return;
+    int rc = chime_task_touch(t);
+    int want = r->target == T_WORKER      ? -ENOTSUP
+               : r->kind != K_ONESHOT     ? -EINVAL
+               : rc == -EALREADY          ? -EALREADY
+                                          : 0;
+    if (rc != want)
+        violation("task %u (kind %d target %d): touch returned %d, want %d",
+                  idx(r), r->kind, r->target, rc, want);
+    if (rc == 0) {
+        atomic_fetch_add(&r->touch_ok, 1);
+        atomic_fetch_add(&COV.touched, 1);
+    }
+    handle_put(r, t);
+}
+
 static void
 op_wait(producer *pr)
 {
@@ -336,8 +362,10 @@ producer_main(void *arg)
             op_submit(pr);
         else if (w < 500)
             op_cancel(pr);
-        else if (w < 610)
+        else if (w < 580)
             op_rearm(pr);
+        else if (w < 610)
+            op_touch(pr);
         else if (w < 750)
             op_wait(pr);
         else if (w < 810)
