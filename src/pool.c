@@ -102,6 +102,11 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     CHIME_HB_ATOMIC(&p->refs);
     CHIME_HB_ATOMIC(&p->accepting);
     CHIME_HB_ATOMIC(&p->loop_tasks);
+    /* Read by the loop side without the pool's lock (timers.c). */
+    CHIME_HB_ATOMIC(&p->run_state);
+    CHIME_HB_ATOMIC(&p->execute_delayed);
+    CHIME_HB_ATOMIC(&p->continue_periodic);
+    CHIME_HB_ATOMIC(&p->remove_on_cancel);
     atomic_init(&p->refs, 1);
     atomic_init(&p->accepting, true);
     p->fork_gen = atomic_load(&chime__fork_gen);

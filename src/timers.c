@@ -138,6 +138,8 @@ chime__loop_init_locked(struct chime_loop *l, struct chime_task *t,
         l->ref_credit = CACHE_REFILL;
     }
     chime__task_init(t, l->pool, fn, arg, kind, period, with_handle ? 2 : 0);
+    if (kind == CHIME_KIND_ONESHOT)
+        CHIME_HB_ATOMIC(&t->activity); /* touch: any thread, relaxed */
     if (with_handle)
         l->ref_credit--;
     t->loop_id = l->id;
@@ -256,6 +258,7 @@ push_locked(struct chime_loop *l, struct chime_task *t, int64_t deadline,
         /* Armed now for the rest: activity + timeout == deadline. */
         int64_t arm = deadline < now ? deadline : now;
         slot_of(l, t)->timeout = deadline - arm;
+        CHIME_HB_ATOMIC(&t->activity); /* touch: any thread, relaxed */
         atomic_store_explicit(&t->activity, arm, memory_order_relaxed);
     } else {
         slot_of(l, t)->timeout = 0;
