@@ -323,7 +323,7 @@ SYS_W3="chime stpe stpe-slack os-floor chime-slack os-floor-slack"
 SYS_W4="chime stpe netty libevent-fresh libevent-prealloc libevent-common"
 SYS_W5="chime-post chime-sched0 libevent-once libevent-active libuv-async"
 SYS_W6="chime-rearm $TOUCH libevent libevent-precise"
-SYS_W7="chime-rearm $TOUCH chime-cancel libevent-readd libevent-deladd libevent-common $LOCKS"
+SYS_W7="chime-rearm $TOUCH ${TOUCH:+chime-touch-at }chime-cancel libevent-readd libevent-deladd libevent-common $LOCKS"
 
 # interleave WORKLOAD SIZE "SYSTEMS" args...: runs 1..N, each system once
 # per run, in the same order.

@@ -169,8 +169,9 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
     return rc;
 }
 
-int
-chime_task_touch(chime_task *t)
+/* The checks both touches share; returns 0 or what touch returns. */
+static int
+touch_check(chime_task *t)
 {
     if (t == NULL)
         return -EINVAL;
@@ -180,17 +181,35 @@ chime_task_touch(chime_task *t)
         return -EINVAL;
     if (chime__state_is_final(chime__task_state(t)))
         return -EALREADY;
-    struct chime_pool *p = t->pool;
-    if (CHIME_FORKED(p))
+    if (CHIME_FORKED(t->pool))
         return -ECHILD;
+    return 0;
+}
+
+int
+chime_task_touch(chime_task *t)
+{
+    int rc = touch_check(t);
+    if (rc != 0)
+        return rc;
     /* One store, no lock: the expiry compares (timers.c). A touch racing
      * with the expiry itself may be too late for it, as with any timer.
      * The precise clock: CLOCK_MONOTONIC_COARSE costs a quarter as much,
      * but it can lag by more than its resolution (7.4 ms against a 4 ms
      * tick, measured on a tickless VM), which would let an idle timeout
      * run early. */
-    int64_t now = chime__pool_now(p);
-    atomic_store_explicit(&t->activity, now, memory_order_relaxed);
+    atomic_store_explicit(&t->activity, chime__pool_now(t->pool),
+                          memory_order_relaxed);
+    return 0;
+}
+
+int
+chime_task_touch_at(chime_task *t, int64_t now_ns)
+{
+    int rc = touch_check(t);
+    if (rc != 0)
+        return rc;
+    atomic_store_explicit(&t->activity, now_ns, memory_order_relaxed);
     return 0;
 }
 

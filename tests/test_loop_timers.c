@@ -113,6 +113,30 @@ Test(timers, touch_from_other_threads_keeps_an_idle_timer_alive)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
+Test(timers, touch_at_takes_the_callers_time)
+{
+    t_clock clk;
+    chime_pool *p = vpool(1, &clk);
+    chime_loop *l = loop_here(p, 0);
+    stamp s = {.clk = &clk};
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule(l, stamp_fn, &s, 100 * MS, &h), 0);
+    int64_t t_read = chime_pool_now(p) + 30 * MS; /* "now" of a later read */
+    t_clock_advance(&clk, p, 50 * MS);
+    cr_assert_eq(chime_task_touch_at(h, t_read), 0);
+    cr_assert_eq(chime_task_remaining(h), 80 * MS, "due at the read + 100");
+    t_clock_advance(&clk, p, 80 * MS - 1);
+    cr_assert_eq(chime_loop_dispatch(l), 0);
+    t_clock_advance(&clk, p, 1);
+    cr_assert(DISPATCH_UNTIL(l, atomic_load(&s.runs) == 1, T_LONG_NS));
+    cr_assert_eq(atomic_load(&s.at), T_START_NS + 130 * MS);
+    cr_assert_eq(chime_task_touch_at(h, 0), -EALREADY);
+    cr_assert_eq(chime_task_touch_at(NULL, 0), -EINVAL);
+    chime_task_release(h);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
 Test(timers, touch_refuses_what_it_cannot_do)
 {
     t_clock clk;

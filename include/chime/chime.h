@@ -475,6 +475,17 @@ CHIME_EXPORT int chime_task_rearm(chime_task *task, int64_t delay_ns);
  * -ENOTSUP (a pool task: touch is for loop tasks), -ECHILD (after fork).
  * Thread-safety: any thread. */
 CHIME_EXPORT int chime_task_touch(chime_task *task);
+
+/* chime_task_touch() with the time supplied by the caller: now_ns is a
+ * reading of chime_pool_now() of the task's pool (chime_now_ns() on the
+ * real clock) that the caller already has, so the touch is a store and no
+ * clock read. The task runs no earlier than now_ns + its timeout: pass a
+ * time taken at or after the activity and the timeout is exact; a time
+ * taken earlier (e.g. once per loop iteration, before its events are
+ * handled, as libev's ev_now() and libevent's cached time are) lets the
+ * timeout run that much early. A now_ns earlier than the task's last
+ * activity moves it back. Returns and thread-safety as chime_task_touch(). */
+CHIME_EXPORT int chime_task_touch_at(chime_task *task, int64_t now_ns);
 #define CHIME_HAVE_TASK_TOUCH 1
 
 /* Waits until the task completes, at most timeout_ns (< 0: forever, 0:
