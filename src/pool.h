@@ -141,6 +141,24 @@ chime__undefer_locked(chime_heap *h, struct chime_task *t)
     return true;
 }
 
+/* After a run that returned 0 and did not complete the task: when does it
+ * run next? A re-arm's target, the fixed rate's next slot, or the fixed
+ * delay from end (the time the run ended). Returns false for a one-shot
+ * that is done. */
+static inline bool
+chime__next_run(const struct chime_task *t, int64_t end, int64_t *next)
+{
+    if (t->flags & CHIME_TF_REARM)
+        *next = t->run_deadline; /* the re-arm target */
+    else if (chime__task_kind(t) == CHIME_KIND_FIXED_RATE)
+        *next = chime__sat_add(t->run_deadline, t->period);
+    else if (chime__task_kind(t) == CHIME_KIND_FIXED_DELAY)
+        *next = chime__deadline_after(end, t->period);
+    else
+        return false;
+    return true;
+}
+
 /* The binding of a loop task, or NULL. No lock: its chunk never moves. */
 static inline struct chime_loop *
 chime__task_loop(const struct chime_task *t)

@@ -318,13 +318,7 @@ chime__loop_settle_locked(struct chime_loop *l, struct chime_task *t, int rc,
     }
     int64_t next;
     int64_t end = chime__pool_now(l->pool);
-    if (t->flags & CHIME_TF_REARM)
-        next = t->run_deadline; /* the re-arm target */
-    else if (chime__task_kind(t) == CHIME_KIND_FIXED_RATE)
-        next = chime__sat_add(t->run_deadline, t->period);
-    else if (chime__task_kind(t) == CHIME_KIND_FIXED_DELAY)
-        next = chime__deadline_after(end, t->period);
-    else {
+    if (!chime__next_run(t, end, &next)) {
         t->result = result;
         chime__loop_complete_locked(l, t, CHIME_TASK_DONE, 0);
         chime__loop_drop_locked(l, t, garbage);
