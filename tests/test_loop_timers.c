@@ -195,12 +195,14 @@ Test(timers, a_due_loop_timer_wakes_the_loop_without_any_worker)
     chime_task *h = NULL;
     cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, 20 * MS, &h), 0);
     cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, 5 * MS, NULL), 0);
-    for (int k = 1; k <= 2; k++) {
+    /* Only the fd says when to dispatch (both timers may be due by the
+     * first time it is readable on a slow machine). */
+    while (atomic_load(&n) < 2) {
         cr_assert(fd_readable_within(chime_loop_fd(l),
                                      (int)(T_LONG_NS / CHIME_MSEC)),
-                  "timer %d never made the fd readable", k);
-        /* a dispatch right at the timerfd's expiry runs it */
-        cr_assert(DISPATCH_UNTIL(l, atomic_load(&n) == k, T_LONG_NS));
+                  "a due timer never made the fd readable (%d ran)",
+                  atomic_load(&n));
+        cr_assert_geq(chime_loop_dispatch(l), 0);
     }
     cr_assert_eq(chime_task_wait(h, 0, NULL), 0);
     chime_pool_stats st;
