@@ -170,10 +170,13 @@ chime__ready_expired_locked(struct chime_loop *l)
     do
         r = read(l->tfd, &n, sizeof(n));
     while (r < 0 && errno == EINTR);
-    /* EAGAIN: armed for now but not expired yet (the kernel's expiry
-     * lags our clock read by a little); the caller re-arms for the head,
-     * which is in the past, so it expires at once. */
-    l->armed = INT64_MAX;
+    /* EAGAIN: our clock passed the deadline before the kernel's timer
+     * fired. It stays armed (and `armed` says so): it fires shortly and
+     * the dispatch it wakes reads it. Forgetting it here would leave a
+     * timerfd that fires later with nobody ever reading it: a readable fd
+     * for good, a loop spinning (docs/model/timers.pml, BUG_EAGAIN_DISARMS). */
+    if (r == (ssize_t)sizeof(n))
+        l->armed = INT64_MAX;
 }
 
 void

@@ -99,8 +99,9 @@ int chime__ready_push_locked(struct chime_loop *l, struct chime_task *t,
                              int64_t deadline);
 /* Arms the timerfd for deadline (absolute, monotonic clock). */
 void chime__ready_arm_locked(struct chime_loop *l, int64_t deadline);
-/* The timerfd's deadline has passed: reads it (not readable any more) and
- * marks it unarmed. */
+/* The timerfd's deadline has passed by our clock: reads it (not readable
+ * any more) and marks it unarmed; if the kernel has not fired it yet, it
+ * stays armed. */
 void chime__ready_expired_locked(struct chime_loop *l);
 /* Makes the fd readable (the eventfd, once per quiet->signalled). */
 void chime__ready_signal_locked(struct chime_loop *l);
