@@ -47,10 +47,13 @@
  *     returns with ready tasks and nothing readable: a lost wake-up.
  *
  * Abstractions:
- *   - Each section under loop->mu is one atomic block; the clock and the
- *     kernel do not take loop->mu and interleave anywhere. The dispatch
- *     reads the clock before it locks, so time, the kernel and producers
- *     may act between its clock read and step 1.
+ *   - Each section under loop->mu is one atomic block, except that steps
+ *     1 and 2 are two blocks with `mu` held between them: time passes
+ *     inside a critical section, so the clock and the kernel (which do not
+ *     take loop->mu) may act between the read of the timerfd and the move,
+ *     and no producer may. The dispatch reads the clock before it locks,
+ *     so time, the kernel and producers may act between its clock read
+ *     and step 1.
  *   - Time is a clock process: `now` moves from 0 to TMAX one tick at a
  *     time. Deadlines are ticks in [now, TMAX], chosen nondeterministically;
  *     a timer is due when its deadline <= now. INF = TMAX + 1.
@@ -81,7 +84,12 @@
  * BUG_CLEAR_ARMED_WITHOUT_READ, BUG_READ_KEEPS_ARMED, BUG_DUE_NO_SIGNAL,
  * BUG_EAGAIN_DISARMS, BUG_MOVE_NO_SIGNAL.
  * Variants that turned out harmless (checked like the real model):
- * ALT_READ_ALWAYS, ALT_ARM_PAST, ALT_MOVE_SIGNALS.
+ * ALT_READ_ALWAYS (step 1 reads the timerfd in every dispatch and sets
+ * armed = INF whatever read returned), ALT_MOVE_FIRST (step 2 before step
+ * 1), ALT_ARM_PAST (a producer with d <= now arms the timerfd in the past
+ * instead of writing the eventfd), ALT_MOVE_SIGNALS (step 2 pushes with
+ * signal_locked, as chime__ready_push_locked does; with
+ * BUG_MOVE_NO_SIGNAL it is the other fix of the batch-limit wake-up).
  */
 
 #ifndef TMAX
