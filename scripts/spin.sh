@@ -4,6 +4,8 @@
 #   docs/model/leader.pml   leader-follower take, offers, cancel / re-arm
 #   docs/model/binding.pml  a loop binding's signalled flag + eventfd
 #   docs/model/batch.pml    claiming batched loop tasks vs cancel / re-arm
+#   docs/model/timers.pml   a binding's eventfd + timerfd (loop-owned timers)
+#   docs/model/terminate.pml termination with per-binding loop task counts
 #
 # Runs every check of the real models (each must pass), then every check
 # of every mutation (each mutation must be caught by at least one check).
@@ -63,6 +65,12 @@ real_pass=0
 real_fail=0
 failed_checks=()
 
+# gcc optimisation of the next pan builds. -O2 by default; the small
+# searches (the mutations of timers.pml and terminate.pml, the smallest
+# real checks) use -O0: gcc takes about 3 s on an -O2 pan and 0.7 s on an
+# -O0 one, more than those searches take either way.
+opt=-O2
+
 # Results of the last run (set by run_pan).
 r_status="" r_error="" r_states="" r_trans="" r_depth="" r_mem="" r_time=""
 
@@ -78,7 +86,7 @@ run_pan() {
     rm -rf "$dir"
     mkdir -p "$dir"
     cp "$models/$model" "$dir/"
-    local cflags=(-O2 -w "-DMEMLIM=$memlim")
+    local cflags=("$opt" -w "-DMEMLIM=$memlim")
     local args=("-m$maxdepth")
     case $mode in
     safety) cflags+=(-DSAFETY -DNOCLAIM) ;;
@@ -273,6 +281,52 @@ check batch/safety-nops3 batch.pml safety "-DNOPS=3"
 check batch/safety-nt1-nops3 batch.pml safety "-DNT=1 -DNOPS=3"
 check batch/safety-no-shutdown-now batch.pml safety "-DSHUTDOWN_NOW=0"
 
+# ---- timers.pml and terminate.pml (the planned loop-owned timers) --------------
+# timers: defaults TMAX 2, 1 producer x 2 schedules, 1 re-arm / cancel,
+# 1 schedule from a callback, batch_limit 2 (1 per section), 1 spurious
+# dispatch. terminate: 2 bindings with 1 task each, 1 producer x 1
+# schedule or post, 1 schedule from a callback, 1 periodic requeue,
+# 1 cancel, 1 failed push.
+
+header "timers.pml: safety (invariants, quiescence, invalid end states)"
+opt=-O0
+check timers/safety timers.pml safety ""
+opt=-O2
+check timers/safety-batch1-p2 timers.pml safety "-DBATCH=1 -DNPROD=2"
+check timers/safety-p2-tmax3 timers.pml safety "-DNPROD=2 -DTMAX=3"
+check timers/safety-tmax3-ns3-lb2-spur2 timers.pml safety \
+    "-DTMAX=3 -DNS=3 -DLB=2 -DSPURDISP=2"
+
+header "timers.pml: liveness (LTL, acceptance cycles, weak fairness; non-progress)"
+for claim in done quiet; do
+    check "timers/ltl-$claim" timers.pml ltlf "" "$claim"
+done
+check timers/np-batch1-ns3 timers.pml np "-DBATCH=1 -DNS=3"
+
+# Variants that turned out harmless: each must pass like the real model.
+# One non-progress run each: it checks the invariants and the quiescence
+# assertion too (not the invalid end states).
+header "timers.pml: harmless variants (invariants, quiescence, non-progress)"
+opt=-O0
+while IFS='|' read -r tag alt; do
+    check "timers/$tag-np-batch1-ns3" timers.pml np "$alt -DBATCH=1 -DNS=3"
+done <<'EOF'
+alt-read-always|-DALT_READ_ALWAYS
+alt-move-first-read-always|-DALT_MOVE_FIRST -DALT_READ_ALWAYS
+alt-arm-past|-DALT_ARM_PAST
+alt-move-signals|-DALT_MOVE_SIGNALS -DBUG_MOVE_NO_SIGNAL
+EOF
+opt=-O2
+
+# terminate.pml: no LTL run. Its state graph has no cycle (np), so every
+# run ends in a state where nothing can move, and the quiescence assertion
+# requires TERMINATED there: together they are "the pool terminates".
+header "terminate.pml: safety (monitor, quiescence, invalid end states; non-progress)"
+check terminate/safety terminate.pml safety ""
+check terminate/safety-p2 terminate.pml safety \
+    "-DNPROD=2 -DNCANCEL=0 -DNFAIL=0 -DSELFSCHED=0"
+check terminate/np terminate.pml np ""
+
 # ---- mutations -----------------------------------------------------------------
 # Each mutation runs: the safety check with every invariant; the quiescence
 # check alone (NO_INVARIANTS); each LTL property alone (NO_INVARIANTS,
@@ -317,6 +371,46 @@ safety|safety||
 safety-nops3|safety|-DNOPS=3|
 EOF
 done
+
+# timers.pml and terminate.pml mutations, named MODEL/BUG/RUN (so that a
+# pattern such as 'timers' selects them too): small searches, built -O0.
+# Two runs each, to keep the builds few: the safety run (every invariant
+# and the quiescence assertion) and the LTL properties alone.
+# timers: batch_limit 1, so that one dispatch can leave moved timers in
+# the ring (BUG_MOVE_NO_SIGNAL).
+opt=-O0
+for bug in BUG_NO_ARM_ON_PUSH BUG_ARM_ONLY_WHEN_EMPTY BUG_NO_REARM_AT_END \
+    BUG_REARM_FUTURE_ONLY BUG_CLEAR_ARMED_WITHOUT_READ BUG_READ_KEEPS_ARMED \
+    BUG_DUE_NO_SIGNAL BUG_EAGAIN_DISARMS BUG_MOVE_NO_SIGNAL; do
+    selected "timers/$bug/" || continue
+    header "mutation $bug (timers.pml)"
+    mutation "timers/$bug" timers.pml "-D$bug -DBATCH=1" <<'EOF'
+safety|safety||
+ltl-done|ltl|-DNO_INVARIANTS -DNO_WATCHDOG|done
+ltl-quiet|ltl|-DNO_INVARIANTS -DNO_WATCHDOG|quiet
+EOF
+done
+
+# An early termination is visible only to the monitor (the pool does
+# terminate in the end), so those mutations run the safety check alone.
+for bug in BUG_CHECK_ACCEPTING_BEFORE_LOCK BUG_POST_COUNT_AFTER_CHECK \
+    BUG_TERMINATE_READS_UNLOCKED BUG_TERMINATE_TASKS_FIRST; do
+    selected "terminate/$bug/" || continue
+    header "mutation $bug (terminate.pml)"
+    mutation "terminate/$bug" terminate.pml "-D$bug" <<'EOF'
+safety|safety||
+EOF
+done
+for bug in BUG_COMPLETE_NO_TERMINATE BUG_COMPLETE_READS_ACCEPTING_FIRST \
+    BUG_POST_NO_RECHECK BUG_RECHECK_ONLY_ON_FAILURE; do
+    selected "terminate/$bug/" || continue
+    header "mutation $bug (terminate.pml)"
+    mutation "terminate/$bug" terminate.pml "-D$bug" <<'EOF'
+safety|safety||
+ltl-terminates|ltl|-DNO_INVARIANTS -DNO_WATCHDOG|terminates
+EOF
+done
+opt=-O2
 
 echo
 echo "real model: $real_pass checks passed, $real_fail failed${failed_checks[*]:+ (${failed_checks[*]})}"
