@@ -9,7 +9,7 @@
  *
  *   producer: chime_loop_schedule from any thread, or chime_task_rearm of
  *   a queued timer to an earlier deadline; under loop->mu
- *   (chime__timers_push_locked + chime__timers_arm_locked):
+ *   (chime__timers_submit_locked + chime__timers_arm_locked):
  *       push / re-key the timer at d;
  *       if (d <= now)         signal_locked: if (!signalled) { signalled = true; write(efd) }
  *       else if (d < armed)   settime(d): timerfd_settime(tfd, ABSTIME, d); armed = d
@@ -260,7 +260,7 @@ inline arm_or_signal(d, wasempty)
     fi
 }
 
-/* chime_loop_schedule (chime__timers_push_locked), under loop->mu */
+/* chime_loop_schedule (chime__timers_submit_locked), under loop->mu */
 inline schedule()
 {
     atomic {
