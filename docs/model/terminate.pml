@@ -4,7 +4,7 @@
  * tasks under its own lock; the loop side takes no pool lock), as a
  * Promela model for SPIN. See docs/model.md.
  *
- * The code is being written; names as planned:
+ * The code (at ed49a77):
  *
  *   chime_pool_shutdown (src/shutdown.c), thread S:
  *       lock P; run_state = SHUTDOWN; store(accepting, false);
@@ -15,7 +15,7 @@
  *       if (run_state == SHUTDOWN && load(loop_posts) == 0 &&
  *           for every binding (lock L; tasks == 0; unlock L))
  *           run_state = TERMINATED
- *   chime_loop_schedule (src/timers.c), any thread incl. the loop's:
+ *   chime_loop_schedule (src/submit.c loop_submit_fast), any thread incl. the loop's:
  *       lock L; if (!accepting) { unlock L; reject (the slow path takes P,
  *       nothing was counted) } else { tasks++; push; unlock L }
  *   chime_loop_post (src/loop.c):
