@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -29,7 +30,9 @@
 
 /* ==== 1. the reference model ============================================== */
 
-/* A reference model of one chime pool: ONE worker, a virtual clock.
+/* A reference model of one chime pool: ONE worker, a virtual clock, and up
+ * to two loop bindings whose loop thread is the thread that drives the
+ * test.
  *
  * Design notes
  * - Written from include/chime/chime.h, not from src/: the queue is a plain
@@ -63,9 +66,94 @@
  *   with a live task ahead of it is "pinned" and must still be there. The
  *   model keeps ghosts in the queue and the driver drops unpinned ones when
  *   it sees they are gone (it never combines ghosts with max_pending).
+ *
+ * Loop bindings ("Loop bindings" in chime.h, docs/loop-integration.md)
+ * - A binding owns its loop tasks: its timers (a heap of its own: `queued`
+ *   with `loop` >= 0), its ready queue (`ready`, in `rpos` order), the
+ *   tasks a running dispatch took (`batched`) and the one it runs
+ *   (m_loop.current). Nothing of a loop task involves the worker, so the
+ *   driver thread, which is every binding's loop thread
+ *   (chime_loop_set_thread), runs loop callbacks inside chime_loop_dispatch
+ *   and the model runs them inside m_dispatch, in the same order.
+ * - A dispatch works in rounds, as chime.h and loop-integration.md describe
+ *   it: move what is due ("the timers found due together join in
+ *   (deadline, submission) order", behind what is there), take up to
+ *   CHIME_LOOP_BATCH (the library's round size, src/ready.h) of the ready
+ *   queue, run them; again while fewer than batch_limit ran and something
+ *   was taken. A periodic task's next run, or a re-armed task, joins the
+ *   ready queue only at the next move ("a task that becomes due later
+ *   queues behind those already there").
+ * - A loop callback whose scripted action lets the worker run pool tasks
+ *   (a clock step, a pool submission, a re-arm) waits, in the rig, until
+ *   those runs are over; the model runs them (m_run_due) right after the
+ *   action. So worker and loop thread still take turns, and a pool
+ *   callback's operation on a loop task (cancel, touch, post, close: -EPERM
+ *   while its binding dispatches) lands at a known point.
+ * - Touch: a loop one-shot keeps `timeout` (the delay it was armed with)
+ *   and `act`, its last activity. Queued, its deadline becomes
+ *   max(deadline, now + timeout) at once; ready (found due before the
+ *   touch), it goes back among the timers, at act + timeout, when a
+ *   dispatch takes it to run. A zero timeout never waits (a post, or a
+ *   delay <= 0): touching such a task changes nothing once it is due.
+ * - `key` is the library's heap slot key of a loop timer: a later re-arm
+ *   or a touch leaves it early and it catches up when it falls due (the
+ *   move counts that in touch_requeues). The header does not say when a
+ *   retained cancelled loop timer leaves; the model follows the library: at
+ *   the first move that finds its key due. The key matters for nothing
+ *   else, except in the known deviations below.
+ * - Readings: max_pending and stats.pending count timers, not the ready
+ *   queue ("Loop timers count in stats.pending"); DISCARD_OLDEST picks the
+ *   earliest timer of the pool's heap and every binding's heap, the pool's
+ *   first on equal deadlines, then the later binding's; a loop task
+ *   re-armed or requeued after a run in a shut-down pool is cancelled if
+ *   the shutdown policies forbid its new deadline (as a periodic requeue
+ *   is), one re-armed among the timers is moved as a pool task is; loop
+ *   runs do not count in stats.max_lateness_ns (the worker's lateness).
+ *
+ * Known deviations of the library from chime.h (M_DEV_*). By default the
+ * model follows the library where they meet, so that the rest of a
+ * sequence still compares, and counts the cases in the tally; with
+ * CHIME_MODEL_STRICT=1 it follows the header and such sequences fail.
+ * Each has a reproducer in the report of the commit that added them.
+ *   BATCHED_PERIODIC  a shutdown (or continue_periodic turned off after it)
+ *                     leaves a periodic loop task that a running dispatch
+ *                     has taken but not started: it runs once more;
+ *   BATCHED_TOUCH     a touch of a timer that the running dispatch has
+ *                     taken does not stop its run, while one of a timer
+ *                     still in the ready queue does: the same touch from an
+ *                     earlier callback of the same dispatch works or not
+ *                     depending on batch_limit;
+ *   OLDEST_KEY        DISCARD_OLDEST compares loop timers by their heap
+ *                     key, which a later re-arm or a touch leaves early;
+ *                     and with the pool's queue empty it takes none due at
+ *                     INT64_MAX: the new task is rejected instead;
+ *   SHUTDOWN_KEY      shutdown with execute_delayed off judges "not yet
+ *                     due" for loop timers by that key too;
+ *   REMOVE_GHOST      chime_pool_remove of a cancelled loop timer retained
+ *                     by remove_on_cancel off returns -ENOENT and leaves
+ *                     it, while chime_pool_contains says true ("as
+ *                     chime_pool_remove means it"; pool tasks: removed, 0);
+ *   REMAINING         chime_task_remaining of a post (the library: 0 - now,
+ *                     positive with a clock below 0) and of a ready task
+ *                     touched since it was found due (the old deadline,
+ *                     though it will not run before act + timeout);
+ *   REQUEUE_COUNT     touch_requeues also counts deadlines moved on by a
+ *                     re-arm to later, with no touch;
+ *   REARM_TIMEOUT     a one-shot re-armed while running takes as timeout
+ *                     what is left of the delay at the end of the run;
+ *   REARM_TERM        a re-arm that cancels a ready (or taken) loop task
+ *                     in a shut-down pool (its new deadline is not due and
+ *                     execute_delayed is off) does not complete the
+ *                     termination it may allow (chime_task_rearm asks for
+ *                     it only when the task went to garbage, never with a
+ *                     handle): the pool terminates only if something else
+ *                     asks later (the worker's exit may). The model then
+ *                     stops judging termination for the rest of the
+ *                     sequence (term_lost).
  */
 
 #define M_MAX_TASKS 1024
+#define M_MAX_LOOPS 2
 #define M_SELF (-1)   /* an operation's target: the running task */
 #define M_NOHANDLE 1  /* rc: the target's handle is gone, nothing done */
 #define M_ANY INT_MIN /* expected rc or value: anything is accepted */
@@ -73,10 +161,24 @@
 
 enum m_kind { M_ONESHOT, M_RATE, M_DELAY };
 
+enum m_dev {
+    M_DEV_BATCHED_PERIODIC,
+    M_DEV_BATCHED_TOUCH,
+    M_DEV_OLDEST_KEY,
+    M_DEV_SHUTDOWN_KEY,
+    M_DEV_REMOVE_GHOST,
+    M_DEV_REMAINING,
+    M_DEV_REQUEUE_COUNT,
+    M_DEV_REARM_TIMEOUT,
+    M_DEV_REARM_TERM,
+    M_DEV_COUNT
+};
+
 typedef struct m_op {
     int kind;
     int target; /* task id or M_SELF */
     int sched_kind;
+    int loop; /* binding of MO_LSCHEDULE, MO_POST, MO_DISPATCH, MO_LCLOSE */
     int64_t delay;
     int64_t period;
     bool handle;
@@ -106,26 +208,56 @@ typedef struct m_run {
     int64_t remain;  /* chime_task_remaining(self) at the end */
     int interrupted; /* chime_task_interrupted(self) at the end */
     int wait_self;   /* chime_task_wait(self, 0) at the end */
+    /* Model only: a loop callback whose action let the worker run pool
+     * tasks waits until log entries up to here have ended. */
+    size_t sync_to;
 } m_run;
 
 typedef struct m_task {
     bool exists; /* accepted, or completed by a policy */
     bool handle; /* the test holds a handle */
     int kind;
+    int loop; /* -1: a pool task; else its binding */
     int64_t period;
+    /* Queued: when it is due (a loop timer's touches included). Ready,
+     * taken or running: the deadline it was found due at (a post's: when
+     * it was posted). */
     int64_t deadline;
     uint64_t seq;
     int state; /* chime_task_state */
     int error;
-    bool queued;  /* in the queue (a ghost if the state is final) */
-    bool exposed; /* ghost: was at the head at some point, may be gone */
+    bool queued;  /* in a heap, the pool's or its binding's timers (a
+                     ghost if the state is final) */
+    bool exposed; /* pool ghost: was at the head at some point, may be gone */
+    bool ready;   /* loop task: in its binding's ready queue */
+    uint64_t rpos;
+    bool batched; /* loop task: taken by the running dispatch, not started */
+    bool posted;  /* a post not yet re-armed (DEV_REMAINING) */
     bool rearm;   /* re-armed while running */
     int64_t rearm_deadline;
+    int64_t rearm_timeout;
     bool interrupted;
     int runs;
     intptr_t result;
+    /* Loop one-shots: the touch rule (see the design notes). */
+    int64_t timeout;
+    int64_t act;
+    bool touched; /* touched since it was last armed */
+    int64_t key;  /* the library's heap key of a loop timer */
     m_script s;
 } m_task;
+
+/* A binding. */
+typedef struct m_loop {
+    bool closed, dispatching;
+    unsigned limit; /* batch_limit */
+    uint64_t next_seq, next_rpos;
+    int current; /* task whose callback runs in its dispatch, or -1 */
+    /* chime_loop_stats */
+    uint64_t dispatched, calls;
+    uint64_t requeues;         /* touch_requeues as chime.h counts them */
+    uint64_t requeues_excused; /* and the re-arms the library adds */
+} m_loop;
 
 enum { M_RUNNING, M_SHUTDOWN, M_STOP };
 
@@ -143,12 +275,27 @@ typedef struct m_model {
     int policy;
     size_t max_pending;
     int current; /* task whose callback runs on the worker, or -1 */
+    int nloops;
+    m_loop l[M_MAX_LOOPS];
+    bool strict;                  /* follow chime.h where M_DEV_* differ */
+    bool term_lost;               /* DEV_REARM_TERM met: termination is
+                                     not judged any more */
+    uint64_t dev_hits[M_DEV_COUNT]; /* cases where they did */
     int ntasks;
     m_task t[M_MAX_TASKS];
     m_run *log;
     size_t nlog, caplog;
     m_stats st;
 } m_model;
+
+/* A known deviation meets this case: true if the model follows the
+ * library here (the default), false to follow the header. */
+static bool
+m_lib(m_model *m, int dev)
+{
+    m->dev_hits[dev]++;
+    return !m->strict;
+}
 
 /* ---- arithmetic ---------------------------------------------------------- */
 
@@ -205,14 +352,16 @@ m_before(const m_task *a, const m_task *b)
            (a->deadline == b->deadline && a->seq < b->seq);
 }
 
-/* The least queued task by (deadline, seq); live only, or ghosts too. */
+/* The least task of the pool's queue by (deadline, seq); live only, or
+ * ghosts too. */
 static int
 m_head(const m_model *m, bool with_ghosts)
 {
     int best = -1;
     for (int i = 0; i < m->ntasks; i++) {
         const m_task *t = &m->t[i];
-        if (!t->queued || (!with_ghosts && m_final(t->state)))
+        if (!t->queued || t->loop >= 0 ||
+            (!with_ghosts && m_final(t->state)))
             continue;
         if (best < 0 || m_before(t, &m->t[best]))
             best = i;
@@ -220,6 +369,8 @@ m_head(const m_model *m, bool with_ghosts)
     return best;
 }
 
+/* Queued tasks, the pool's and every binding's timers: what stats.pending
+ * and max_pending count. */
 static size_t
 m_queued(const m_model *m, bool with_ghosts)
 {
@@ -229,42 +380,53 @@ m_queued(const m_model *m, bool with_ghosts)
     return n;
 }
 
+/* Live tasks in the pool's own queue (the worker's). */
+static size_t
+m_pool_queued(const m_model *m)
+{
+    size_t n = 0;
+    for (int i = 0; i < m->ntasks; i++)
+        n += m->t[i].queued && m->t[i].loop < 0 && !m_final(m->t[i].state);
+    return n;
+}
+
 /* A ghost behind a live task cannot leave: the worker drops cancelled tasks
  * only when it meets them at the head of the queue, and a live task ahead
- * is not due (or it would have run). */
+ * is not due (or it would have run). Pool tasks only. */
 static bool
 m_behind_live(const m_model *m, int id)
 {
     const m_task *g = &m->t[id];
     for (int i = 0; i < m->ntasks; i++) {
         const m_task *t = &m->t[i];
-        if (t->queued && !m_final(t->state) && m_before(t, g))
+        if (t->queued && t->loop < 0 && !m_final(t->state) && m_before(t, g))
             return true;
     }
     return false;
 }
 
-/* Marks every ghost that is not behind a live task now as "exposed": the
- * worker may drop it from here on. Called after every change of the queue
- * (m_apply, each run) since exposure can be brief. */
+/* Marks every pool ghost that is not behind a live task now as "exposed":
+ * the worker may drop it from here on. Called after every change of the
+ * queue (m_apply, each run) since exposure can be brief. */
 static void
 m_expose(m_model *m)
 {
     for (int i = 0; i < m->ntasks; i++) {
         m_task *t = &m->t[i];
-        if (t->queued && m_final(t->state) && !t->exposed &&
+        if (t->queued && t->loop < 0 && m_final(t->state) && !t->exposed &&
             !m_behind_live(m, i))
             t->exposed = true;
     }
 }
 
-/* A ghost that has been behind a live task ever since it was cancelled:
- * it must still be queued. */
+/* A pool ghost that has been behind a live task ever since it was
+ * cancelled: it must still be queued. Loop ghosts leave at known times
+ * (m_move_due): always pinned. */
 static bool
 m_pinned(const m_model *m, int id)
 {
     const m_task *g = &m->t[id];
-    return g->queued && m_final(g->state) && !g->exposed;
+    return g->queued && m_final(g->state) && (g->loop >= 0 || !g->exposed);
 }
 
 static size_t
@@ -276,15 +438,42 @@ m_pinned_count(const m_model *m)
     return n;
 }
 
+/* Does a binding still hold this loop task (a timer, ready, taken by a
+ * dispatch, or running in one)? Termination waits for those. */
+static bool
+m_loop_holds(const m_model *m, int id)
+{
+    const m_task *t = &m->t[id];
+    return t->loop >= 0 && (t->queued || t->ready || t->batched ||
+                            m->l[t->loop].current == id);
+}
+
 /* "Waits until the pool has terminated: shut down, queue empty, every
- * worker exited": the worker leaves once nothing is left to run. */
+ * worker exited": the worker leaves once nothing is left to run; and
+ * "Termination waits for loop tasks that still may run". */
 static bool
 m_terminated(const m_model *m)
 {
-    return m->run_state >= M_SHUTDOWN && m_queued(m, false) == 0 &&
-           m->current < 0;
+    if (m->run_state < M_SHUTDOWN || m_pool_queued(m) != 0 || m->current >= 0)
+        return false;
+    for (int i = 0; i < m->ntasks; i++)
+        if (m_loop_holds(m, i))
+            return false;
+    return true;
 }
 
+/* Does a ready loop task go back among the timers when a dispatch takes
+ * it? Touched since it was found due: "it waits on until the last
+ * activity plus its timeout". */
+static bool
+m_touched_since_due(const m_task *t)
+{
+    return t->kind == M_ONESHOT && t->timeout > 0 &&
+           m_clamp((__int128)t->act + t->timeout) > t->deadline;
+}
+
+/* chime_task_remaining: "Nanoseconds until the next run is due". M_ANY64:
+ * not compared (DEV_REMAINING, the library differs). */
 static int64_t
 m_remaining(const m_model *m, int id)
 {
@@ -292,6 +481,13 @@ m_remaining(const m_model *m, int id)
     if (m_final(t->state))
         return 0;
     int64_t d = t->rearm ? t->rearm_deadline : t->deadline;
+    if (!t->rearm && t->posted && !m->strict)
+        return M_ANY64; /* DEV_REMAINING: the library says 0 - now */
+    if (t->ready && m_touched_since_due(t)) {
+        if (!m->strict)
+            return M_ANY64; /* DEV_REMAINING: the old deadline */
+        d = m_clamp((__int128)t->act + t->timeout);
+    }
     return m_clamp((__int128)d - m->now);
 }
 
@@ -312,12 +508,13 @@ m_complete(m_model *m, int id, int state, int err)
         m->st.rejected++;
 }
 
-/* May a queued task still run? chime_pool_shutdown: "queued one-shots still
- * run (unless execute_delayed_after_shutdown is false, which cancels the ones
- * not yet due); queued periodic tasks are cancelled (unless
- * continue_periodic_after_shutdown)"; shutdown_now: nothing runs again. */
+/* May a task with this deadline still run? chime_pool_shutdown: "queued
+ * one-shots still run (unless execute_delayed_after_shutdown is false,
+ * which cancels the ones not yet due); queued periodic tasks are cancelled
+ * (unless continue_periodic_after_shutdown)"; shutdown_now: nothing runs
+ * again. */
 static bool
-m_can_run(const m_model *m, const m_task *t)
+m_can_run_at(const m_model *m, const m_task *t, int64_t deadline)
 {
     if (m->run_state == M_RUNNING)
         return true;
@@ -325,22 +522,41 @@ m_can_run(const m_model *m, const m_task *t)
         return false;
     if (t->kind != M_ONESHOT)
         return m->cont_periodic;
-    return m->exec_delayed || t->deadline <= m->now;
+    return m->exec_delayed || deadline <= m->now;
+}
+
+static bool
+m_can_run(const m_model *m, const m_task *t)
+{
+    return m_can_run_at(m, t, t->deadline);
 }
 
 /* The shutdown filter: ghosts leave, tasks that may no longer run are
- * cancelled. Also re-run when a policy is turned off after shutdown. */
+ * cancelled. Also re-run when a policy is turned off after shutdown.
+ * Loop tasks: the same rule for timers; "its ready tasks are due, so only
+ * the periodic rule applies to them" (loop-integration.md: "periodic loop
+ * tasks are cancelled ..., including ones already waiting in a ready
+ * queue"). */
 static void
 m_filter(m_model *m)
 {
     for (int i = 0; i < m->ntasks; i++) {
         m_task *t = &m->t[i];
-        if (!t->queued)
-            continue;
-        if (m_final(t->state)) {
+        if (t->queued && m_final(t->state)) {
             t->queued = false;
-        } else if (!m_can_run(m, t)) {
-            t->queued = false;
+        } else if (t->queued) {
+            bool ok = m_can_run(m, t);
+            if (t->loop >= 0 && ok != m_can_run_at(m, t, t->key) &&
+                m_lib(m, M_DEV_SHUTDOWN_KEY))
+                ok = !ok; /* judged by the heap key */
+            if (!ok) {
+                t->queued = false;
+                m_complete(m, i, CHIME_TASK_CANCELLED, -ECANCELED);
+            }
+        } else if ((t->ready || t->batched) && !m_can_run(m, t)) {
+            if (t->batched && m_lib(m, M_DEV_BATCHED_PERIODIC))
+                continue; /* runs once more */
+            t->ready = t->batched = false;
             m_complete(m, i, CHIME_TASK_CANCELLED, -ECANCELED);
         }
     }
@@ -406,11 +622,164 @@ m_run_in_caller(m_model *m, int id)
         m_complete(m, id, CHIME_TASK_REJECTED, -EAGAIN);
 }
 
-/* chime_pool_schedule*: returns the submission's rc; *id_out is the id the
- * task was given (ids are consumed even by refused submissions). */
+/* ---- a binding's timers and ready queue --------------------------------- */
+
+/* A loop task joins its binding's timers at deadline d, with a fresh
+ * sequence number ("FIFO among equal deadlines holds per binding"),
+ * armed now: a one-shot's timeout is the delay it was armed with. */
+static void
+m_loop_push(m_model *m, int id, int64_t d, int64_t timeout)
+{
+    m_task *t = &m->t[id];
+    m_loop *l = &m->l[t->loop];
+    t->queued = true;
+    t->ready = t->batched = t->posted = false;
+    t->deadline = t->key = d;
+    t->seq = l->next_seq++;
+    t->timeout = t->kind == M_ONESHOT ? timeout : 0;
+    t->act = m_clamp((__int128)d - t->timeout);
+    t->touched = false;
+}
+
+/* The timeout of a one-shot armed now for deadline d: its delay (d - now,
+ * d saturated or not: no touch can tell the difference). */
+static int64_t
+m_timeout_for(const m_model *m, int64_t d)
+{
+    return d > m->now ? d - m->now : 0;
+}
+
+static void
+m_ready_append(m_model *m, int id, int64_t due)
+{
+    m_task *t = &m->t[id];
+    t->queued = false;
+    t->ready = true;
+    t->deadline = due;
+    t->rpos = m->l[t->loop].next_rpos++;
+}
+
+/* "A timer joins it when a dispatch (or a post) finds it due; the timers
+ * found due together join in (deadline, submission) order" behind what is
+ * there. Ghosts whose key is due leave; keys left early by a touch or a
+ * re-arm catch up (touch_requeues). */
+static void
+m_move_due(m_model *m, int li)
+{
+    m_loop *l = &m->l[li];
+    for (int i = 0; i < m->ntasks; i++) {
+        m_task *t = &m->t[i];
+        if (!t->queued || t->loop != li || t->key > m->now)
+            continue;
+        if (m_final(t->state)) {
+            t->queued = false; /* a retained cancelled timer, dropped */
+        } else if (t->deadline > t->key) {
+            t->key = t->deadline; /* "moved on" */
+            if (t->touched)
+                l->requeues++;
+            else if (m_lib(m, M_DEV_REQUEUE_COUNT))
+                l->requeues_excused++;
+            t->touched = false;
+        }
+    }
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < m->ntasks; i++) {
+            m_task *t = &m->t[i];
+            if (t->queued && t->loop == li && !m_final(t->state) &&
+                t->deadline <= m->now &&
+                (best < 0 || m_before(t, &m->t[best])))
+                best = i;
+        }
+        if (best < 0)
+            break;
+        m_ready_append(m, best, m->t[best].deadline);
+    }
+}
+
+/* The head of a binding's ready queue, or -1. */
+static int
+m_ready_head(const m_model *m, int li)
+{
+    int best = -1;
+    for (int i = 0; i < m->ntasks; i++) {
+        const m_task *t = &m->t[i];
+        if (t->ready && t->loop == li &&
+            (best < 0 || t->rpos < m->t[best].rpos))
+            best = i;
+    }
+    return best;
+}
+
+/* A ready or taken task touched since it was found due goes back among
+ * the timers for the rest of its timeout. */
+static void
+m_touch_requeue(m_model *m, int id)
+{
+    m_task *t = &m->t[id];
+    int64_t act = t->act, timeout = t->timeout;
+    t->state = CHIME_TASK_PENDING;
+    m_loop_push(m, id, m_clamp((__int128)act + timeout), timeout);
+    t->act = act; /* the activity stays (it matters only if saturated) */
+    m->l[t->loop].requeues++;
+}
+
+/* A loop task out of its binding's heap and not completed goes back at
+ * d (a re-arm, the next run): cancelled instead if its binding is closed
+ * or the shutdown policies forbid d. */
+static void
+m_queue_again(m_model *m, int id, int64_t d, int64_t timeout)
+{
+    m_task *t = &m->t[id];
+    t->state = CHIME_TASK_PENDING;
+    t->rearm = false;
+    t->ready = t->batched = false;
+    if (m->l[t->loop].closed || !m_can_run_at(m, t, d)) {
+        m_complete(m, id, CHIME_TASK_CANCELLED, -ECANCELED);
+        return;
+    }
+    m_loop_push(m, id, d, timeout);
+}
+
+/* "the task nearest to its deadline that has not started": the least
+ * deadline among the pool's queue and every binding's timers (see the
+ * readings for ties). -1: none (only under DEV_OLDEST_KEY). */
+static int
+m_oldest(m_model *m)
+{
+    int hdr = m_head(m, true), lib = hdr;
+    /* The library starts from the pool's head, INT64_MAX if it has none,
+     * and takes a binding's timer only if it is strictly earlier. */
+    int64_t ld = hdr >= 0 ? m->t[hdr].deadline : INT64_MAX;
+    for (int li = m->nloops - 1; li >= 0; li--) {
+        int bh = -1, bk = -1;
+        for (int i = 0; i < m->ntasks; i++) {
+            const m_task *t = &m->t[i];
+            if (!t->queued || t->loop != li)
+                continue;
+            if (bh < 0 || m_before(t, &m->t[bh]))
+                bh = i;
+            if (bk < 0 || t->key < m->t[bk].key ||
+                (t->key == m->t[bk].key && t->seq < m->t[bk].seq))
+                bk = i;
+        }
+        if (bh >= 0 && (hdr < 0 || m->t[bh].deadline < m->t[hdr].deadline))
+            hdr = bh;
+        if (bk >= 0 && m->t[bk].key < ld)
+            lib = bk, ld = m->t[bk].key;
+    }
+    if (lib != hdr && m_lib(m, M_DEV_OLDEST_KEY))
+        return lib;
+    return hdr;
+}
+
+/* chime_pool_schedule* (loop < 0) and chime_loop_schedule* (on binding
+ * loop): returns the submission's rc; *id_out is the id the task was given
+ * (ids are consumed even by refused submissions). on_worker: submitted by a
+ * pool callback (not the loop thread). */
 static int
 m_submit(m_model *m, int kind, int64_t delay, int64_t period, bool handle,
-         const m_script *s, int *id_out)
+         int loop, bool on_worker, const m_script *s, int *id_out)
 {
     if (m->ntasks >= M_MAX_TASKS)
         abort(); /* the driver keeps well below */
@@ -418,11 +787,16 @@ m_submit(m_model *m, int kind, int64_t delay, int64_t period, bool handle,
     m_task *t = &m->t[id];
     memset(t, 0, sizeof(*t));
     t->kind = kind;
+    t->loop = loop;
     t->period = period;
     t->s = *s;
     *id_out = id;
     if (kind != M_ONESHOT && period <= 0)
         return -EINVAL;
+    /* "-ESHUTDOWN when the binding is closed (checked before the pool's
+     * state and capacity: no rejection policy is consulted)" */
+    if (loop >= 0 && m->l[loop].closed)
+        return -ESHUTDOWN;
     t->exists = true;
     t->handle = handle;
     t->state = CHIME_TASK_PENDING;
@@ -439,11 +813,13 @@ m_submit(m_model *m, int kind, int64_t delay, int64_t period, bool handle,
             /* "the task nearest to its deadline that has not started is
              * completed as rejected and the new task is queued" */
             if (reason == -EAGAIN && m_queued(m, true) > 0) {
-                int v = m_head(m, true);
-                m->t[v].queued = false;
-                if (!m_final(m->t[v].state))
-                    m_complete(m, v, CHIME_TASK_REJECTED, -EAGAIN);
-                continue;
+                int v = m_oldest(m);
+                if (v >= 0) {
+                    m->t[v].queued = false;
+                    if (!m_final(m->t[v].state))
+                        m_complete(m, v, CHIME_TASK_REJECTED, -EAGAIN);
+                    continue;
+                }
             }
             m_complete(m, id, CHIME_TASK_REJECTED, reason); /* as DISCARD */
             return 0;
@@ -451,25 +827,77 @@ m_submit(m_model *m, int kind, int64_t delay, int64_t period, bool handle,
             m_complete(m, id, CHIME_TASK_REJECTED, reason);
             return 0;
         case CHIME_REJECT_CALLER_RUNS:
-            if (reason == -EAGAIN) {
+            /* "Loop tasks: only the binding's loop thread may run one ...
+             * From any other thread ... refused as under ABORT: -EAGAIN" */
+            if (reason == -EAGAIN && !(loop >= 0 && on_worker)) {
                 if (kind == M_ONESHOT)
                     m->st.rejected++; /* counted at the rejection */
                 m_run_in_caller(m, id);
                 return 0;
             }
+            if (reason == -EAGAIN)
+                goto refuse;
             m_complete(m, id, CHIME_TASK_REJECTED, reason);
             return 0;
         default: /* ABORT: "nothing is queued, no handle is made" */
+        refuse:
             m->st.rejected++;
             t->exists = false;
             t->handle = false;
             return reason;
         }
     }
-    t->deadline = m_deadline_after(m->now, delay);
-    t->seq = m->next_seq++;
-    t->queued = true;
+    int64_t d = m_deadline_after(m->now, delay);
+    if (loop >= 0) {
+        m_loop_push(m, id, d, m_timeout_for(m, d));
+    } else {
+        t->deadline = d;
+        t->seq = m->next_seq++;
+        t->queued = true;
+    }
     m->st.submitted++;
+    return 0;
+}
+
+/* chime_loop_post: "to run at its next dispatch after the callbacks
+ * already ready (post order)"; "a post joins behind every timer already
+ * due when it is posted"; "-ESHUTDOWN (binding closed: checked first,
+ * whatever the rejection policy, and no policy is consulted; or pool shut
+ * down, through the pool's rejection policy)". Not counted in submitted
+ * (it is no timer). */
+static int
+m_post(m_model *m, int loop, bool handle, const m_script *s, int *id_out)
+{
+    if (m->ntasks >= M_MAX_TASKS)
+        abort();
+    int id = m->ntasks++;
+    m_task *t = &m->t[id];
+    memset(t, 0, sizeof(*t));
+    t->kind = M_ONESHOT;
+    t->loop = loop;
+    t->s = *s;
+    *id_out = id;
+    if (m->l[loop].closed)
+        return -ESHUTDOWN;
+    t->exists = true;
+    t->handle = handle;
+    t->state = CHIME_TASK_PENDING;
+    if (m->run_state != M_RUNNING) {
+        if (m->policy == CHIME_REJECT_ABORT) {
+            m->st.rejected++;
+            t->exists = false;
+            t->handle = false;
+            return -ESHUTDOWN;
+        }
+        /* DISCARD, and as DISCARD when shut down: DISCARD_OLDEST,
+         * CALLER_RUNS */
+        m_complete(m, id, CHIME_TASK_REJECTED, -ESHUTDOWN);
+        return 0;
+    }
+    m_move_due(m, loop);
+    t->act = m->now;
+    m_ready_append(m, id, m->now);
+    t->posted = true;
     return 0;
 }
 
@@ -485,14 +913,25 @@ m_cancel(m_model *m, int id, unsigned flags)
     if (t->state == CHIME_TASK_RUNNING && (flags & CHIME_CANCEL_INTERRUPT))
         t->interrupted = true;
     m_complete(m, id, CHIME_TASK_CANCELLED, -ECANCELED);
-    if (t->queued && m->remove_on_cancel)
+    if (t->loop >= 0) {
+        /* "A loop task cancelled ... before its callback started never
+         * runs ..., even if it was already due and sitting in the ready
+         * queue." Among the timers, as a pool task; a shut-down pool
+         * takes it out at once too (termination waits for it). */
+        t->ready = t->batched = false;
+        if (t->queued &&
+            (m->remove_on_cancel || m->run_state != M_RUNNING))
+            t->queued = false;
+    } else if (t->queued && m->remove_on_cancel) {
         t->queued = false; /* else it stays as a ghost */
+    }
     return 0;
 }
 
 /* chime_task_rearm: "On a queued task it takes effect at once (it queues
  * behind tasks already due at the same instant). On a running task ... it
- * takes effect when the run returns 0." */
+ * takes effect when the run returns 0. A loop task already due and waiting
+ * for its loop goes back to the delay queue." */
 static int
 m_rearm(m_model *m, int id, int64_t delay)
 {
@@ -503,6 +942,17 @@ m_rearm(m_model *m, int id, int64_t delay)
     if (t->state == CHIME_TASK_RUNNING) {
         t->rearm = true;
         t->rearm_deadline = d;
+        t->rearm_timeout = m_timeout_for(m, d);
+    } else if (t->loop >= 0 && !t->queued) {
+        m_queue_again(m, id, d, m_timeout_for(m, d)); /* ready or taken */
+        if (m_final(t->state) && m_lib(m, M_DEV_REARM_TERM))
+            m->term_lost = true;
+    } else if (t->loop >= 0) {
+        /* The library keeps a one-shot's early key (a later re-arm is a
+         * touch to it). */
+        int64_t key = t->kind == M_ONESHOT && t->key < d ? t->key : d;
+        m_loop_push(m, id, d, m_timeout_for(m, d));
+        t->key = key;
     } else {
         t->deadline = d;
         t->seq = m->next_seq++;
@@ -510,16 +960,50 @@ m_rearm(m_model *m, int id, int64_t delay)
     return 0;
 }
 
+/* chime_task_touch: "Records activity now for a one-shot loop task ... a
+ * task that saw activity since it was armed does not run: it waits on
+ * until the last activity plus its timeout". "-EALREADY (completed),
+ * -EINVAL (NULL or a periodic task), -ENOTSUP (a pool task)", checked in
+ * the order the library has them (the header gives none). */
+static int
+m_touch(m_model *m, int id)
+{
+    m_task *t = &m->t[id];
+    if (t->loop < 0)
+        return -ENOTSUP;
+    if (t->kind != M_ONESHOT)
+        return -EINVAL;
+    if (m_final(t->state))
+        return -EALREADY;
+    t->act = m->now;
+    t->touched = true;
+    if (t->queued) {
+        int64_t d = m_clamp((__int128)m->now + t->timeout);
+        if (d > t->deadline)
+            t->deadline = d;
+    }
+    return 0;
+}
+
 /* chime_pool_remove: "Removes a queued task of this pool and completes it
- * as cancelled. -ENOENT (not queued ...)". A ghost that is not pinned may
- * or may not still be in the queue. */
+ * as cancelled. -ENOENT (not queued ...)". "Queued is every task that has
+ * not started and reports CHIME_TASK_PENDING: in the delay queue, or a
+ * loop task already due and waiting for its loop". A pool ghost that is
+ * not pinned may or may not still be in the queue. */
 static int
 m_remove(m_model *m, int id)
 {
     m_task *t = &m->t[id];
+    if (t->loop >= 0 && !m_final(t->state) && (t->ready || t->batched)) {
+        t->ready = t->batched = false;
+        m_complete(m, id, CHIME_TASK_CANCELLED, -ECANCELED);
+        return 0;
+    }
     if (!t->queued)
         return -ENOENT;
     if (m_final(t->state)) {
+        if (t->loop >= 0 && m_lib(m, M_DEV_REMOVE_GHOST))
+            return -ENOENT;
         int rc = m_pinned(m, id) ? 0 : M_ANY;
         t->queued = false;
         return rc;
@@ -539,8 +1023,10 @@ m_shutdown(m_model *m)
 }
 
 /* chime_pool_shutdown_now: every queued task completed as cancelled and
- * listed; the running callback is flagged interrupted. Returns the count;
- * ids[] (if not NULL) receives the listed ids. */
+ * listed, loop tasks that have not started included ("cancels every loop
+ * task that has not started, ready ones included, and hands them back");
+ * the running callbacks are flagged interrupted. Returns the count; ids[]
+ * (if not NULL) receives the listed ids. */
 static size_t
 m_shutdown_now(m_model *m, int *ids)
 {
@@ -549,9 +1035,9 @@ m_shutdown_now(m_model *m, int *ids)
         m->run_state = M_STOP;
     for (int i = 0; i < m->ntasks; i++) {
         m_task *t = &m->t[i];
-        if (!t->queued)
+        if (!t->queued && !t->ready && !t->batched)
             continue;
-        t->queued = false;
+        t->queued = t->ready = t->batched = false;
         if (m_final(t->state))
             continue; /* a ghost was already completed */
         m_complete(m, i, CHIME_TASK_CANCELLED, -ECANCELED);
@@ -561,6 +1047,9 @@ m_shutdown_now(m_model *m, int *ids)
     }
     if (m->current >= 0)
         m->t[m->current].interrupted = true;
+    for (int li = 0; li < m->nloops; li++)
+        if (m->l[li].current >= 0)
+            m->t[m->l[li].current].interrupted = true;
     return n;
 }
 
@@ -658,6 +1147,154 @@ m_run_due(m_model *m)
     m_expose(m);
 }
 
+/* ---- loop runs ----------------------------------------------------------- */
+
+/* After a loop run returned rc, as m_settle: "Periodic loop tasks never
+ * overlap: a run is requeued only after it returned on the loop thread.
+ * Fixed rate keeps the original schedule ...; fixed delay counts from the
+ * end of the run on the loop." */
+static void
+m_settle_loop(m_model *m, int id, int rc)
+{
+    m_task *t = &m->t[id];
+    m->st.completed++;
+    if (m_final(t->state))
+        return;
+    if (rc != 0) {
+        m_complete(m, id, CHIME_TASK_FAILED, rc);
+        return;
+    }
+    int64_t next, timeout = 0;
+    if (t->rearm) {
+        next = t->rearm_deadline;
+        timeout = t->rearm_timeout;
+        if (t->kind == M_ONESHOT && m_timeout_for(m, next) != timeout &&
+            m_lib(m, M_DEV_REARM_TIMEOUT))
+            timeout = m_timeout_for(m, next);
+    } else if (t->kind == M_RATE) {
+        next = m_clamp((__int128)t->deadline + t->period);
+    } else if (t->kind == M_DELAY) {
+        next = m_deadline_after(m->now, t->period);
+    } else {
+        t->result = m_result_of(id, t->runs);
+        m_complete(m, id, CHIME_TASK_DONE, 0);
+        return;
+    }
+    m_queue_again(m, id, next, timeout);
+}
+
+/* One run in its binding's dispatch, on the loop thread: hooks, the
+ * scripted operation (and the pool runs it lets happen), settle. */
+static void
+m_run_on_loop(m_model *m, int id)
+{
+    m_task *t = &m->t[id];
+    m_loop *l = &m->l[t->loop];
+    t->batched = false;
+    t->state = CHIME_TASK_RUNNING;
+    t->rearm = false;
+    int run = ++t->runs;
+    m->st.before++;
+    size_t li = m_log_push(m, id, run);
+    l->current = id;
+    if (run == t->s.act_on) {
+        int nid = -1;
+        m->log[li].act_rc = m_apply(m, &t->s.act, id, &nid);
+        m->log[li].new_id = nid;
+        m_run_due(m);
+        m->log[li].sync_to = m->nlog;
+    }
+    m_log_end(m, li, id, false);
+    l->current = -1;
+    int rc = run == t->s.fail_on ? t->s.fail_cause : 0;
+    m->st.after++;
+    if (rc != 0)
+        m->st.errors++;
+    m_settle_loop(m, id, rc);
+}
+
+/* chime_loop_dispatch: "-ESHUTDOWN (binding closed)", "-EPERM (not the
+ * binding's loop thread)", "-EBUSY (called from one of this binding's own
+ * callbacks)"; "Runs up to batch_limit ready callbacks", in rounds (see
+ * the design notes). self: the running task, -1 at top level. */
+static int
+m_dispatch(m_model *m, int li, int self)
+{
+    m_loop *l = &m->l[li];
+    if (l->closed)
+        return -ESHUTDOWN;
+    if (self >= 0 && m->t[self].loop < 0)
+        return -EPERM; /* a pool callback, on the worker */
+    if (l->dispatching)
+        return -EBUSY;
+    l->dispatching = true;
+    l->calls++;
+    int n = 0;
+    while ((unsigned)n < l->limit && !l->closed) {
+        m_move_due(m, li);
+        unsigned want = l->limit - (unsigned)n;
+        if (want > CHIME_LOOP_BATCH)
+            want = CHIME_LOOP_BATCH;
+        int batch[CHIME_LOOP_BATCH];
+        unsigned k = 0;
+        while (k < want) {
+            int id = m_ready_head(m, li);
+            if (id < 0)
+                break;
+            m->t[id].ready = false;
+            if (m_touched_since_due(&m->t[id])) {
+                m_touch_requeue(m, id);
+                continue;
+            }
+            m->t[id].batched = true;
+            batch[k++] = id;
+        }
+        if (k == 0)
+            break;
+        int ran = 0;
+        for (unsigned i = 0; i < k; i++) {
+            m_task *t = &m->t[batch[i]];
+            if (!t->batched)
+                continue; /* taken away before it started */
+            if (m_touched_since_due(t) &&
+                !m_lib(m, M_DEV_BATCHED_TOUCH)) {
+                t->batched = false;
+                m_touch_requeue(m, batch[i]);
+                continue;
+            }
+            m_run_on_loop(m, batch[i]);
+            ran++;
+        }
+        l->dispatched += (uint64_t)ran;
+        n += ran;
+    }
+    l->dispatching = false;
+    return n;
+}
+
+/* chime_loop_close: "its queued and ready tasks are cancelled ..., a
+ * callback running now finishes"; "-EALREADY", "-EPERM (a thread other
+ * than the loop thread while a dispatch runs)". */
+static int
+m_loop_close(m_model *m, int li, bool on_worker)
+{
+    m_loop *l = &m->l[li];
+    if (l->closed)
+        return -EALREADY;
+    if (l->dispatching && on_worker)
+        return -EPERM;
+    l->closed = true;
+    for (int i = 0; i < m->ntasks; i++) {
+        m_task *t = &m->t[i];
+        if (t->loop != li || !(t->queued || t->ready || t->batched))
+            continue;
+        t->queued = t->ready = t->batched = false;
+        if (!m_final(t->state))
+            m_complete(m, i, CHIME_TASK_CANCELLED, -ECANCELED);
+    }
+    return 0;
+}
+
 static int m_apply_(m_model *m, const m_op *op, int self, int *new_id);
 
 /* Applies one operation; self is the running task (M_SELF targets it) or -1
@@ -676,7 +1313,7 @@ m_has_target(const m_op *op)
 {
     return op->kind == MO_CANCEL || op->kind == MO_REARM ||
            op->kind == MO_RELEASE || op->kind == MO_REMOVE ||
-           op->kind == MO_WAIT;
+           op->kind == MO_WAIT || op->kind == MO_TOUCH;
 }
 
 /* The script of a task an operation submits: the op's own failure, no
@@ -691,22 +1328,34 @@ static int
 m_apply_(m_model *m, const m_op *op, int self, int *new_id)
 {
     int id = op->target == M_SELF ? self : op->target;
+    /* A pool callback runs on the worker; everything else (top level,
+     * loop callbacks) on the driver, every binding's loop thread. */
+    bool on_worker = self >= 0 && m->t[self].loop < 0;
     if (m_has_target(op) &&
         (id < 0 || id >= m->ntasks || (id != self && !m->t[id].handle)))
         return M_NOHANDLE;
     switch (op->kind) {
     case MO_SCHEDULE:
-    case MO_EXECUTE: {
+    case MO_EXECUTE:
+    case MO_LSCHEDULE: {
         m_script s = m_op_script(op);
         if (op->kind == MO_EXECUTE)
-            return m_submit(m, M_ONESHOT, 0, 0, false, &s, new_id);
+            return m_submit(m, M_ONESHOT, 0, 0, false, -1, on_worker, &s,
+                            new_id);
         return m_submit(m, op->sched_kind, op->delay, op->period, op->handle,
+                        op->kind == MO_LSCHEDULE ? op->loop : -1, on_worker,
                         &s, new_id);
+    }
+    case MO_POST: {
+        m_script s = m_op_script(op);
+        return m_post(m, op->loop, op->handle, &s, new_id);
     }
     case MO_CANCEL:
         return m_cancel(m, id, op->flags);
     case MO_REARM:
         return m_rearm(m, id, op->delay);
+    case MO_TOUCH:
+        return m_touch(m, id);
     case MO_ADVANCE:
         m->now = m_clamp((__int128)m->now + op->delay);
         return 0;
@@ -737,6 +1386,10 @@ m_apply_(m_model *m, const m_op *op, int self, int *new_id)
         if (!m_final(m->t[id].state) && id == self)
             return -EDEADLK;
         return m_outcome(&m->t[id]);
+    case MO_DISPATCH:
+        return m_dispatch(m, op->loop, self);
+    case MO_LCLOSE:
+        return m_loop_close(m, op->loop, on_worker);
     default:
         abort();
     }
@@ -830,9 +1483,10 @@ m_ns(int64_t ns, char *buf, size_t n)
 }
 
 static const char *m_kind_name[] = {"oneshot", "rate", "delay"};
-static const char *m_op_name[] = {"schedule", "execute",      "cancel", "rearm",
-                                  "advance",  "release",      "remove", "purge",
-                                  "shutdown", "shutdown_now", "policy", "wait"};
+static const char *m_op_name[] = {
+    "schedule",  "execute", "cancel", "rearm",    "advance", "release",
+    "remove",    "purge",   "shutdown", "shutdown_now", "policy", "wait",
+    "lschedule", "post",    "dispatch", "touch",    "lclose"};
 
 static const char *
 m_op_str(const m_op *op, char *buf, size_t n)
@@ -844,13 +1498,26 @@ m_op_str(const m_op *op, char *buf, size_t n)
         snprintf(tg, sizeof(tg), "#%d", op->target);
     switch (op->kind) {
     case MO_SCHEDULE:
+    case MO_LSCHEDULE:
         if (op->sched_kind == M_ONESHOT)
             snprintf(b, sizeof(b), "%s", "");
         else
             m_ns(op->period, b + 8, sizeof(b) - 8), memcpy(b, " period=", 8);
-        snprintf(buf, n, "schedule %s delay=%s%s%s fail@%d(%d)",
+        if (op->kind == MO_LSCHEDULE)
+            snprintf(tg, sizeof(tg), " loop%d", op->loop);
+        else
+            tg[0] = '\0';
+        snprintf(buf, n, "schedule%s %s delay=%s%s%s fail@%d(%d)", tg,
                  m_kind_name[op->sched_kind], m_ns(op->delay, a, sizeof(a)), b,
                  op->handle ? " handle" : "", op->fail_on, op->fail_cause);
+        break;
+    case MO_POST:
+        snprintf(buf, n, "post loop%d%s fail@%d(%d)", op->loop,
+                 op->handle ? " handle" : "", op->fail_on, op->fail_cause);
+        break;
+    case MO_DISPATCH:
+    case MO_LCLOSE:
+        snprintf(buf, n, "%s loop%d", m_op_name[op->kind], op->loop);
         break;
     case MO_EXECUTE:
         snprintf(buf, n, "execute fail@%d(%d)", op->fail_on, op->fail_cause);
@@ -877,6 +1544,7 @@ m_op_str(const m_op *op, char *buf, size_t n)
     case MO_RELEASE:
     case MO_REMOVE:
     case MO_WAIT:
+    case MO_TOUCH:
         snprintf(buf, n, "%s %s", m_op_name[op->kind], tg);
         break;
     default:
@@ -892,6 +1560,8 @@ typedef struct m_gen {
     m_src src;
     const m_model *m;     /* targets are chosen among its tasks */
     bool shutdown_heavy;  /* profile: callbacks shut down often */
+    int cur_loop; /* binding of the task whose script is decoded, or -1 */
+    unsigned limit_opt[M_MAX_LOOPS]; /* chime_loop_options.batch_limit */
     int ids[M_MAX_TASKS]; /* scratch */
 } m_gen;
 
@@ -933,6 +1603,24 @@ m_gen_config(m_gen *g, m_model *m)
      * at the very same instant are still queued: "not yet due" is tested
      * at its boundary there. */
     g->shutdown_heavy = (c3 & 3) == 0;
+    /* Loop bindings: none in a quarter of the sequences (and in the seed
+     * corpus written before they were modelled, whose third byte is 0 or
+     * 1: it decodes as it did), one in half, two in a quarter. Every byte
+     * the decoder reads for them is read only when there are some. */
+    int nl = (c3 >> 2) & 3;
+    m->nloops = nl == 0 ? 0 : nl == 3 ? 2 : 1;
+    if (m->nloops > 0) {
+        /* batch_limit (0: the default, 64): small ones leave work in the
+         * ready queue between dispatches; 40 takes two rounds of
+         * CHIME_LOOP_BATCH. */
+        static const unsigned limits[8] = {0, 1, 2, 3, 4, 8, 40, 0};
+        uint8_t c4 = m_byte(&g->src);
+        for (int i = 0; i < m->nloops; i++) {
+            g->limit_opt[i] = limits[(c4 >> (3 * i)) & 7];
+            m->l[i].limit = g->limit_opt[i] ? g->limit_opt[i] : 64;
+            m->l[i].current = -1;
+        }
+    }
 }
 
 /* Collects into g->ids the tasks with a held handle (live ones only, or
@@ -971,6 +1659,26 @@ m_gen_held(m_gen *g)
     return n ? g->ids[(b >> 2) % n] : -1;
 }
 
+/* A target for a touch: mostly a live loop one-shot held (3 in 4, if
+ * any), else as m_gen_target (with self allowed) or m_gen_held. */
+static int
+m_gen_touch_target(m_gen *g, bool from_callback)
+{
+    uint8_t b = m_byte(&g->src);
+    int n = 0;
+    if (b & 3) {
+        for (int i = 0; i < g->m->ntasks; i++) {
+            const m_task *t = &g->m->t[i];
+            if (t->handle && t->loop >= 0 && t->kind == M_ONESHOT &&
+                !m_final(t->state))
+                g->ids[n++] = i;
+        }
+    }
+    if (n)
+        return g->ids[(b >> 2) % n];
+    return from_callback ? m_gen_target(g, true) : m_gen_held(g);
+}
+
 static void
 m_gen_fail(m_gen *g, int *fail_on, int *cause)
 {
@@ -991,10 +1699,50 @@ m_gen_schedule(m_gen *g, m_op *op)
     m_gen_fail(g, &op->fail_on, &op->fail_cause);
 }
 
+/* With bindings, 3 callback operations in 8 are loop operations (true),
+ * on the binding of the task being decoded (g->cur_loop, -1 for a pool
+ * task) or the other one: post, touch, dispatch (a pool callback's is
+ * -EPERM, a loop callback's of its own binding -EBUSY, of the other one a
+ * nested dispatch: the usual target), a loop timer, rarely close. */
+static bool
+m_gen_loop_action(m_gen *g, m_op *op)
+{
+    uint8_t b = m_byte(&g->src);
+    if ((b & 7) >= 3)
+        return false;
+    memset(op, 0, sizeof(*op));
+    uint8_t c = m_byte(&g->src);
+    int own = g->cur_loop >= 0 ? g->cur_loop : 0;
+    int other = g->m->nloops > 1 ? 1 - own : own;
+    op->loop = (c & 3) == 0 ? own : other;
+    c >>= 2;
+    if (c < 16) {
+        op->kind = MO_POST;
+        op->handle = c & 1;
+        m_gen_fail(g, &op->fail_on, &op->fail_cause);
+    } else if (c < 30) {
+        op->kind = MO_TOUCH;
+        op->target = m_gen_touch_target(g, true);
+    } else if (c < 48) {
+        op->kind = MO_DISPATCH;
+        if (g->cur_loop >= 0 && (b & 8))
+            op->loop = other;
+    } else if (c < 62) {
+        m_gen_schedule(g, op);
+        op->kind = MO_LSCHEDULE;
+        op->sched_kind = c % 3;
+    } else {
+        op->kind = MO_LCLOSE; /* 2 in 64 */
+    }
+    return true;
+}
+
 /* The operation a callback performs on its scripted run. */
 static void
 m_gen_action(m_gen *g, m_op *op)
 {
+    if (g->m->nloops > 0 && m_gen_loop_action(g, op))
+        return;
     uint8_t b = m_byte(&g->src);
     uint8_t hi = b >> 4;
     memset(op, 0, sizeof(*op));
@@ -1019,6 +1767,13 @@ m_gen_action(m_gen *g, m_op *op)
     case 9:
         m_gen_schedule(g, op);
         op->sched_kind = hi % 3;
+        if (g->m->nloops > 0) {
+            uint8_t w = m_byte(&g->src);
+            if ((w & 7) < 4) {
+                op->kind = MO_LSCHEDULE;
+                op->loop = (w >> 3) % g->m->nloops;
+            }
+        }
         break;
     case 10:
         op->kind = MO_EXECUTE;
@@ -1072,15 +1827,59 @@ typedef struct m_step {
     m_script script;
 } m_step;
 
+/* A top-level step on a binding (only when there are some): dispatch,
+ * post (with a script, as a schedule), touch, rarely close. */
+static void
+m_gen_loop_step(m_gen *g, m_step *st)
+{
+    m_op *op = &st->op;
+    uint8_t c = m_byte(&g->src);
+    op->loop = (c >> 7) % g->m->nloops;
+    g->cur_loop = op->loop;
+    c &= 127;
+    if (c < 86 && c >= 56) {
+        op->kind = MO_POST;
+        op->handle = (m_byte(&g->src) >> 4) != 0;
+        m_gen_fail(g, &op->fail_on, &op->fail_cause);
+        st->script.fail_on = op->fail_on;
+        st->script.fail_cause = op->fail_cause;
+        uint8_t d = m_byte(&g->src);
+        if (d & 1) {
+            st->script.act_on = 1 + ((d >> 1) & 1);
+            m_gen_action(g, &st->script.act);
+        }
+    } else if (c >= 86 && c < 118) {
+        op->kind = MO_TOUCH;
+        op->target = m_gen_touch_target(g, false);
+        if (op->target < 0)
+            op->kind = MO_DISPATCH;
+    } else if (c >= 126 && (m_byte(&g->src) & 1)) {
+        op->kind = MO_LCLOSE; /* 1 loop step in 128 */
+    } else {
+        op->kind = MO_DISPATCH;
+    }
+}
+
 static void
 m_gen_step(m_gen *g, m_step *st)
 {
     memset(st, 0, sizeof(*st));
     m_op *op = &st->op;
     uint8_t b = m_byte(&g->src);
+    g->cur_loop = -1;
     if (b < 96) {
+        if (g->m->nloops > 0) {
+            /* a binding's timer 5 times in 8 */
+            uint8_t w = m_byte(&g->src);
+            if ((w & 7) < 5)
+                g->cur_loop = (w >> 3) % g->m->nloops;
+        }
         m_gen_schedule(g, op);
         op->sched_kind = b < 56 ? M_ONESHOT : b < 76 ? M_RATE : M_DELAY;
+        if (g->cur_loop >= 0) {
+            op->kind = MO_LSCHEDULE;
+            op->loop = g->cur_loop;
+        }
         st->script.fail_on = op->fail_on;
         st->script.fail_cause = op->fail_cause;
         uint8_t c = m_byte(&g->src);
@@ -1091,6 +1890,10 @@ m_gen_step(m_gen *g, m_step *st)
     } else if (b < 100) {
         op->kind = MO_EXECUTE;
         m_gen_fail(g, &op->fail_on, &op->fail_cause);
+    } else if (g->m->nloops > 0 &&
+               ((b >= 160 && b < 190) || (b >= 100 && b < 106) ||
+                (b >= 212 && b < 220))) {
+        m_gen_loop_step(g, st);
     } else if (b < 130 || (b >= 140 && b < 160) || (b >= 212 && b < 236)) {
         op->kind = b < 130   ? MO_CANCEL
                    : b < 160 ? MO_REARM
@@ -1181,7 +1984,8 @@ static const char *m_rc_slot_name[M_RC_SLOTS] = {
 static int
 m_rc_slot(int op, int rc)
 {
-    if (rc == M_NOHANDLE && op != MO_PURGE && op != MO_SHUTDOWN_NOW)
+    if (rc == M_NOHANDLE && op != MO_PURGE && op != MO_SHUTDOWN_NOW &&
+        op != MO_DISPATCH)
         return 7;
     if (rc == 0)
         return 0;
@@ -1210,6 +2014,7 @@ typedef struct m_arg {
 typedef struct m_rig {
     m_model *m;
     chime_pool *pool;
+    chime_loop *loops[M_MAX_LOOPS];
     t_clock clock;
     _Atomic int64_t worker_last_read; /* last clock value a worker read */
     atomic_ulong before, after, errors;
@@ -1217,6 +2022,7 @@ typedef struct m_rig {
     pthread_mutex_t mu; /* guards the fields down to next_id */
     pthread_cond_t cv;
     m_run *log;
+    bool *ended; /* log entries whose callback has returned */
     size_t nlog, nfinal, caplog;
     chime_task *h[M_MAX_TASKS]; /* handles held, by task id */
     int next_id;
@@ -1229,6 +2035,7 @@ typedef struct m_rig {
 
     m_gen gen;
     int max_ops, ops;
+    int drained; /* binding a top-level dispatch just left quiet, or -1 */
     uint64_t total_runs;
     char *trace;
     size_t tlen, tcap;
@@ -1240,6 +2047,9 @@ typedef struct m_rig {
 } m_rig;
 
 static _Thread_local bool m_tls_worker;
+/* Submissions in progress on this thread: a callback run inside one runs
+ * in the caller (CALLER_RUNS) and skips its scripted operation. */
+static _Thread_local int m_tls_submitting;
 
 static void
 m_trace(m_rig *r, const char *fmt, ...)
@@ -1341,6 +2151,41 @@ r_on_error(chime_pool *p, chime_task *t, int err, void *ctx)
 static int r_apply(m_rig *r, const m_op *op, const m_script *s,
                    chime_task *self, int *new_id);
 
+/* A loop callback (on the driver) whose action let the worker run pool
+ * tasks waits until those runs have ended and settled, as the model ran
+ * them right after the action (m_run_on_loop): log entries li+1 up to the
+ * model's sync_to. Bounded; a run that never comes is reported by the
+ * comparison afterwards. */
+static void
+r_loop_sync(m_rig *r, size_t li, int id, int run)
+{
+    const m_model *m = r->m; /* written by this thread before r_apply */
+    if (li >= m->nlog || m->log[li].id != id || m->log[li].run != run)
+        return; /* diverged already: the comparison will say so */
+    size_t to = m->log[li].sync_to;
+    if (to <= li + 1)
+        return;
+    if (r->tally)
+        r->tally->loop_pool_syncs++;
+    int64_t limit = chime_now_ns() + M_HANG_NS;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        bool done = r->nlog >= to;
+        for (size_t i = li + 1; done && i < to; i++)
+            done = i < r->caplog && r->ended[i];
+        pthread_mutex_unlock(&r->mu);
+        if (done) {
+            chime_pool_stats st;
+            chime_pool_get_stats(r->pool, &st);
+            if (st.running == 0)
+                return; /* and settled */
+        }
+        if (chime_now_ns() >= limit)
+            return;
+        sched_yield();
+    }
+}
+
 static int
 r_cb(chime_task *self, void *arg, void **result)
 {
@@ -1358,23 +2203,31 @@ r_cb(chime_task *self, void *arg, void **result)
     if (r->nlog == r->caplog && r->caplog < M_LOG_CAP) {
         r->caplog = r->caplog ? 2 * r->caplog : 256;
         r->log = realloc(r->log, r->caplog * sizeof(*r->log));
-        if (r->log == NULL)
+        r->ended = realloc(r->ended, r->caplog * sizeof(*r->ended));
+        if (r->log == NULL || r->ended == NULL)
             abort();
     }
     size_t li = r->nlog++;
-    if (li < r->caplog)
+    if (li < r->caplog) {
         r->log[li] = e;
+        r->ended[li] = false;
+    }
     pthread_mutex_unlock(&r->mu);
 
-    if (run == a->s.act_on && m_tls_worker)
+    if (run == a->s.act_on && m_tls_submitting == 0) {
         e.act_rc = r_apply(r, &a->s.act, NULL, self, &e.new_id);
+        if (!m_tls_worker)
+            r_loop_sync(r, li, a->id, run);
+    }
     e.remain = chime_task_remaining(self);
     e.interrupted = chime_task_interrupted(self);
     e.wait_self = chime_task_wait(self, 0, NULL);
 
     pthread_mutex_lock(&r->mu);
-    if (li < r->caplog)
+    if (li < r->caplog) {
         r->log[li] = e;
+        r->ended[li] = true;
+    }
     r->nfinal++;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
@@ -1399,17 +2252,30 @@ r_submit(m_rig *r, const m_op *op, const m_script *s, int *new_id)
     *new_id = id;
     chime_task *h = NULL;
     chime_task **out = op->handle ? &h : NULL;
+    chime_loop *l = op->kind == MO_LSCHEDULE || op->kind == MO_POST
+                        ? r->loops[op->loop]
+                        : NULL;
     int rc;
+    m_tls_submitting++;
     if (op->kind == MO_EXECUTE)
         rc = chime_pool_execute(r->pool, r_cb, a);
+    else if (op->kind == MO_POST)
+        rc = chime_loop_post(l, r_cb, a, out);
     else if (op->sched_kind == M_ONESHOT)
-        rc = chime_pool_schedule(r->pool, r_cb, a, op->delay, out);
+        rc = l ? chime_loop_schedule(l, r_cb, a, op->delay, out)
+               : chime_pool_schedule(r->pool, r_cb, a, op->delay, out);
     else if (op->sched_kind == M_RATE)
-        rc = chime_pool_schedule_at_fixed_rate(r->pool, r_cb, a, op->delay,
-                                               op->period, out);
+        rc = l ? chime_loop_schedule_at_fixed_rate(l, r_cb, a, op->delay,
+                                                   op->period, out)
+               : chime_pool_schedule_at_fixed_rate(r->pool, r_cb, a,
+                                                   op->delay, op->period, out);
     else
-        rc = chime_pool_schedule_with_fixed_delay(r->pool, r_cb, a, op->delay,
-                                                  op->period, out);
+        rc = l ? chime_loop_schedule_with_fixed_delay(l, r_cb, a, op->delay,
+                                                      op->period, out)
+               : chime_pool_schedule_with_fixed_delay(r->pool, r_cb, a,
+                                                      op->delay, op->period,
+                                                      out);
+    m_tls_submitting--;
     if (h != NULL) {
         pthread_mutex_lock(&r->mu);
         r->h[id] = h;
@@ -1440,7 +2306,9 @@ r_apply(m_rig *r, const m_op *op, const m_script *s, chime_task *self,
     }
     switch (op->kind) {
     case MO_SCHEDULE:
-    case MO_EXECUTE: {
+    case MO_EXECUTE:
+    case MO_LSCHEDULE:
+    case MO_POST: {
         m_script s0 = m_op_script(op);
         return r_submit(r, op, s ? s : &s0, new_id);
     }
@@ -1448,6 +2316,12 @@ r_apply(m_rig *r, const m_op *op, const m_script *s, chime_task *self,
         return chime_task_cancel(t, op->flags);
     case MO_REARM:
         return chime_task_rearm(t, op->delay);
+    case MO_TOUCH:
+        return chime_task_touch(t);
+    case MO_DISPATCH:
+        return chime_loop_dispatch(r->loops[op->loop]);
+    case MO_LCLOSE:
+        return chime_loop_close(r->loops[op->loop]);
     case MO_ADVANCE:
         t_clock_advance(&r->clock, r->pool, op->delay);
         return 0;
@@ -1553,15 +2427,24 @@ m_check_log(m_rig *r)
         for (size_t i = r->checked; i < n; i++) {
             const m_run *e = &m->log[i];
             const m_task *t = &m->t[e->id];
-            if (e->remain == M_ANY64)
+            if (t->loop >= 0)
+                r->tally->loop_runs++;
+            if (e->remain == M_ANY64 && t->posted)
+                ; /* a post (DEV_REMAINING), not a caller run */
+            else if (e->remain == M_ANY64)
                 r->tally->caller_runs++;
             else if (t->kind == M_RATE && e->run > 1 &&
                      r->last_at[e->id] == e->at)
                 r->tally->catchup_runs++;
             r->last_at[e->id] = e->at;
-            if (t->s.act_on == e->run && e->remain != M_ANY64)
+            bool acted = t->s.act_on == e->run &&
+                         (e->remain != M_ANY64 || t->posted);
+            if (acted)
                 r->tally
                     ->cb[t->s.act.kind][m_rc_slot(t->s.act.kind, e->act_rc)]++;
+            if (acted && t->loop >= 0 && t->s.act.kind == MO_DISPATCH &&
+                e->act_rc >= 0)
+                r->tally->nested_dispatches++;
         }
     }
     r->total_runs += n - r->checked;
@@ -1586,7 +2469,7 @@ m_quiesce(m_rig *r)
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     }
     pthread_mutex_unlock(&r->mu);
-    bool need_read = m_queued(m, false) > 0;
+    bool need_read = m_pool_queued(m) > 0; /* the worker's own queue */
     for (;;) {
         chime_pool_stats s;
         chime_pool_get_stats(r->pool, &s);
@@ -1607,6 +2490,127 @@ m_quiesce(m_rig *r)
                     m->now);
         }
         sched_yield();
+    }
+}
+
+/* A binding's timers and ready queue against the model: the same tasks
+ * (ghosts included) with the same deadlines and heap keys, the ready queue
+ * in the same order, no dispatch batch left. Reads the binding's heap and
+ * ring under its lock. */
+static void
+m_check_loop_queue(m_rig *r, int li)
+{
+    m_model *m = r->m;
+    struct chime_loop *l = r->loops[li];
+    static _Thread_local int64_t key[M_MAX_TASKS], real[M_MAX_TASKS];
+    static _Thread_local int64_t tmo[M_MAX_TASKS];
+    static _Thread_local char where[M_MAX_TASKS]; /* 0, 'l'ive, 'g'host */
+    static _Thread_local int ring[M_MAX_TASKS];
+    static _Thread_local int64_t rdue[M_MAX_TASKS];
+    size_t nring = 0, dup = 0, foreign = 0;
+    memset(where, 0, sizeof(where));
+    pthread_mutex_lock(&l->mu);
+    int heap_ok = chime__theap_check(&l->timers);
+    uint32_t batch_n = l->batch_n;
+    for (uint32_t i = 0; i < l->timers.len; i++) {
+        struct chime_task *t = l->timers.slots[i].task;
+        m_arg *a = chime_task_arg(t);
+        if (a == NULL || a->id < 0 || a->id >= M_MAX_TASKS) {
+            foreign++;
+            continue;
+        }
+        dup += where[a->id] != 0;
+        where[a->id] = chime_task_is_done(t) ? 'g' : 'l';
+        key[a->id] = l->timers.slots[i].deadline;
+        tmo[a->id] = l->timers.slots[i].timeout;
+        real[a->id] = chime_task_is_done(t)
+                          ? 0
+                          : chime__timers_deadline_locked(l, t);
+    }
+    for (uint32_t p = l->head; p != l->tail && nring < M_MAX_TASKS; p++) {
+        struct chime_ring_entry *e = &l->ring[p & (l->cap - 1)];
+        if (e->task == NULL)
+            continue; /* a tombstone */
+        m_arg *a = chime_task_arg(e->task);
+        ring[nring] = a ? a->id : -1;
+        rdue[nring++] = e->deadline;
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (heap_ok != 0)
+        m_failf(r, "binding %d: chime__theap_check failed", li);
+    if (dup || foreign)
+        m_failf(r, "binding %d: a timer is queued twice or unknown", li);
+    if (batch_n != 0)
+        m_failf(r, "binding %d: a dispatch batch of %u left", li,
+                (unsigned)batch_n);
+    size_t k = 0;
+    for (int i = 0; i < m->ntasks; i++) {
+        const m_task *t = &m->t[i];
+        if (t->loop != li) {
+            if (where[i])
+                m_failf(r, "task #%d is among binding %d's timers", i, li);
+            continue;
+        }
+        bool ghost = t->queued && m_final(t->state);
+        if (!t->queued) {
+            if (where[i])
+                m_failf(r,
+                        "task #%d (state %d) is among binding %d's timers, "
+                        "the model has it %s",
+                        i, t->state, li, t->ready ? "ready" : "out");
+            continue;
+        }
+        if (where[i] != (ghost ? 'g' : 'l'))
+            m_failf(r, "task #%d: binding %d's timers have it %s, the "
+                       "model %s",
+                    i, li, where[i] == 'l' ? "live" : where[i] ? "cancelled"
+                                                               : "not",
+                    ghost ? "cancelled (retained)" : "live");
+        if (key[i] != t->key || (!ghost && real[i] != t->deadline) ||
+            (!ghost && tmo[i] != t->timeout))
+            m_failf(r,
+                    "task #%d: binding %d has it due %+" PRId64 " (key %+" PRId64
+                    ", timeout %" PRId64 "), the model %+" PRId64
+                    " (key %+" PRId64 ", timeout %" PRId64 ")",
+                    i, li, real[i], key[i], tmo[i], t->deadline, t->key,
+                    t->timeout);
+        k++;
+    }
+    /* The ready queue, in order: the model's sorted by rpos. */
+    static _Thread_local int order[M_MAX_TASKS];
+    size_t nready = 0, j;
+    uint64_t last = 0;
+    bool first = true;
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < m->ntasks; i++) {
+            const m_task *t = &m->t[i];
+            if (!t->ready || t->loop != li || (!first && t->rpos <= last))
+                continue;
+            if (best < 0 || t->rpos < m->t[best].rpos)
+                best = i;
+        }
+        if (best < 0)
+            break;
+        order[nready++] = best;
+        last = m->t[best].rpos;
+        first = false;
+    }
+    if (nready != nring)
+        m_failf(r, "binding %d: %zu tasks ready, the model has %zu", li, nring,
+                nready);
+    for (j = 0; j < nready; j++) {
+        const m_task *t = &m->t[order[j]];
+        if (ring[j] != order[j])
+            m_failf(r,
+                    "binding %d: ready queue position %zu holds task #%d, "
+                    "the model #%d",
+                    li, j, ring[j], order[j]);
+        if (!t->posted && rdue[j] != t->deadline)
+            m_failf(r,
+                    "binding %d: ready task #%d was due %+" PRId64
+                    ", the model %+" PRId64,
+                    li, order[j], rdue[j], t->deadline);
     }
 }
 
@@ -1648,6 +2652,11 @@ m_check_queue(m_rig *r)
     size_t k = 0;
     for (int i = 0; i < m->ntasks; i++) {
         m_task *t = &m->t[i];
+        if (t->loop >= 0) {
+            if (where[i])
+                m_failf(r, "loop task #%d is in the pool's queue", i);
+            continue; /* its binding's: m_check_loop_queue */
+        }
         bool ghost = t->queued && m_final(t->state);
         if (where[i] == 'g' && !ghost)
             m_failf(r, "task #%d is completed (state %d) but still queued", i,
@@ -1674,6 +2683,8 @@ m_check_queue(m_rig *r)
     }
     if (k != nlive)
         m_failf(r, "%zu live tasks queued, the model has %zu", nlive, k);
+    for (int li = 0; li < m->nloops; li++)
+        m_check_loop_queue(r, li);
 }
 
 static void
@@ -1718,11 +2729,68 @@ m_check_stats(m_rig *r)
     bool term = m_terminated(m);
     M_EQ("is_shutdown", chime_pool_is_shutdown(r->pool),
          m->run_state >= M_SHUTDOWN);
-    M_EQ("is_terminated", chime_pool_is_terminated(r->pool), term);
-    M_EQ("is_terminating", chime_pool_is_terminating(r->pool),
-         m->run_state >= M_SHUTDOWN && !term);
-    if (term)
-        M_EQ("stats.threads_alive", s.threads_alive, 0);
+    if (m->term_lost && term) {
+        /* DEV_REARM_TERM: the pool may or may not have terminated (the
+         * worker's exit may complete it any time). */
+    } else {
+        M_EQ("is_terminated", chime_pool_is_terminated(r->pool), term);
+        M_EQ("is_terminating", chime_pool_is_terminating(r->pool),
+             m->run_state >= M_SHUTDOWN && !term);
+        if (term)
+            M_EQ("stats.threads_alive", s.threads_alive, 0);
+    }
+    for (int li = 0; li < m->nloops; li++) {
+        const m_loop *l = &m->l[li];
+        chime_loop_stats ls;
+        if (chime_loop_get_stats(r->loops[li], &ls) != 0)
+            m_failf(r, "chime_loop_get_stats failed");
+        size_t ready = 0, timers = 0;
+        for (int i = 0; i < m->ntasks; i++) {
+            const m_task *t = &m->t[i];
+            if (t->loop != li)
+                continue;
+            timers += t->queued;
+            /* "ready = ready-queue entries + due timers not yet moved" */
+            ready += t->ready || (t->queued && !m_final(t->state) &&
+                                  t->deadline <= m->now);
+        }
+        char what[64];
+#define M_LEQ(field, value)                                                    \
+    do {                                                                       \
+        snprintf(what, sizeof(what), "loop%d.%s", li, #field);                 \
+        M_EQ(what, ls.field, value);                                           \
+    } while (0)
+        M_LEQ(ready, ready);
+        M_LEQ(timers, timers);
+        M_LEQ(dispatched, l->dispatched);
+        M_LEQ(dispatch_calls, l->calls);
+        M_LEQ(touch_requeues,
+              l->requeues + (m->strict ? 0 : l->requeues_excused));
+        M_LEQ(timer_arms, 0); /* "With a custom clock there is no timerfd" */
+#undef M_LEQ
+        if (ls.wakeups < ls.drains || ls.wakeups - ls.drains > 1)
+            m_failf(r, "loop%d: %" PRIu64 " wake-ups, %" PRIu64 " drains", li,
+                    ls.wakeups, ls.drains);
+        /* The readiness fd: "readable while callbacks are ready to run or a
+         * timer of the binding is due" (no lost wake-up); and quiet after
+         * a dispatch that left nothing (it ran fewer than batch_limit). */
+        int fd = chime_loop_fd(r->loops[li]);
+        if (l->closed) {
+            if (fd != -EBADF)
+                m_failf(r, "loop%d closed: chime_loop_fd %d", li, fd);
+            continue;
+        }
+        if (fd < 0)
+            m_failf(r, "loop%d: chime_loop_fd %d", li, fd);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int readable = poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN);
+        if (ready > 0 && !readable)
+            m_failf(r, "loop%d: %zu ready, its fd is not readable", li,
+                    ready);
+        if (ready == 0 && r->drained == li && readable)
+            m_failf(r, "loop%d: a dispatch left nothing ready, its fd is "
+                       "still readable", li);
+    }
 #undef M_EQ
 }
 
@@ -1749,8 +2817,10 @@ m_check_handles(m_rig *r, bool pool_alive)
         int64_t rem = chime_task_remaining(h);
         bool intr = chime_task_interrupted(h);
         int exp_err = m_final(t->state) ? t->error : 0;
+        int64_t exp_rem = m_remaining(m, id);
         if (st != t->state || err != exp_err || w != m_outcome(t) ||
-            rem != m_remaining(m, id) || intr != t->interrupted ||
+            (exp_rem != M_ANY64 && rem != exp_rem) ||
+            intr != t->interrupted ||
             chime_task_is_done(h) != m_final(t->state) ||
             chime_task_is_cancelled(h) != (t->state == CHIME_TASK_CANCELLED) ||
             chime_task_is_periodic(h) != (t->kind != M_ONESHOT) ||
@@ -1764,12 +2834,14 @@ m_check_handles(m_rig *r, bool pool_alive)
                     " interrupted %d result %" PRIdPTR,
                     id, m_kind_name[t->kind], st, err, w, rem, intr,
                     (intptr_t)res, t->state, exp_err, m_outcome(t),
-                    m_remaining(m, id), t->interrupted, t->result);
+                    exp_rem, t->interrupted, t->result);
         bool ghost = t->queued && m_final(t->state) && t->exposed;
+        /* "Queued" includes a loop task due and waiting for its loop. */
+        bool queued = t->queued || t->ready;
         if (pool_alive && !ghost &&
-            chime_pool_contains(r->pool, h) != t->queued)
-            m_failf(r, "task #%d: contains %d, model queued %d", id, !t->queued,
-                    t->queued);
+            chime_pool_contains(r->pool, h) != queued)
+            m_failf(r, "task #%d: contains %d, model queued %d", id, !queued,
+                    queued);
         if (m_final(t->state))
             r->final_ok[id] = true;
     }
@@ -1785,7 +2857,8 @@ m_check_all(m_rig *r)
     /* A shut-down pool whose last live task was cancelled terminates at
      * once, retained cancelled tasks (remove_on_cancel off) included:
      * cancelling the head wakes a worker to drop it (B74). */
-    if (m_terminated(m) && !chime_pool_is_terminated(r->pool)) {
+    if (m_terminated(m) && !m->term_lost &&
+        !chime_pool_is_terminated(r->pool)) {
         if (chime_pool_await_termination(r->pool, M_HANG_NS) != 0)
             m_failf(r, "the model terminated, the pool did not (%zu queued)",
                     m_queued(m, true));
@@ -1804,10 +2877,15 @@ m_step_run(m_rig *r, const m_step *st)
     char buf[160], abuf[160];
     int exp, got, mid = -1, rid = -1;
     r->ops++;
+    r->drained = -1;
     const m_op *op = &st->op;
-    if (op->kind == MO_SCHEDULE) {
+    if (op->kind == MO_SCHEDULE || op->kind == MO_LSCHEDULE) {
         exp = m_submit(m, op->sched_kind, op->delay, op->period, op->handle,
+                       op->kind == MO_LSCHEDULE ? op->loop : -1, false,
                        &st->script, &mid);
+        got = r_apply(r, op, &st->script, NULL, &rid);
+    } else if (op->kind == MO_POST) {
+        exp = m_post(m, op->loop, op->handle, &st->script, &mid);
         got = r_apply(r, op, &st->script, NULL, &rid);
     } else if (op->kind == MO_SHUTDOWN_NOW && op->with_list) {
         int *ids = calloc(M_MAX_TASKS, sizeof(int));
@@ -1834,7 +2912,12 @@ m_step_run(m_rig *r, const m_step *st)
         got = r_apply(r, op, NULL, NULL, &rid);
     }
     m_run_due(m);
-    if (op->kind == MO_SCHEDULE && st->script.act_on)
+    if (op->kind == MO_DISPATCH && exp >= 0 &&
+        (unsigned)exp < m->l[op->loop].limit)
+        r->drained = op->loop;
+    if ((op->kind == MO_SCHEDULE || op->kind == MO_LSCHEDULE ||
+         op->kind == MO_POST) &&
+        st->script.act_on)
         snprintf(abuf, sizeof(abuf), " act@%d{%s}", st->script.act_on,
                  m_op_str(&st->script.act, buf, sizeof(buf)));
     else
@@ -1857,6 +2940,16 @@ m_step_run(m_rig *r, const m_step *st)
             ty->ops_stop++;
         if (q != m_queued(m, false))
             ty->ghosts_seen++;
+        for (int li = 0; li < m->nloops; li++) {
+            size_t nr = 0;
+            for (int i = 0; i < m->ntasks; i++)
+                nr += m->t[i].ready && m->t[i].loop == li;
+            if (nr > ty->max_ready)
+                ty->max_ready = nr;
+        }
+        if (op->kind == MO_DISPATCH && exp >= 0 &&
+            (unsigned)exp == m->l[op->loop].limit)
+            ty->limit_stops++;
     }
     if (mid != rid)
         m_failf(r, "task id %d, the model's %d", rid, mid);
@@ -1903,6 +2996,9 @@ m_sequence(m_src *src, int max_ops, const char *label,
     r->gen.m = m;
     m_gen_config(&r->gen, m);
     m->current = -1;
+    r->drained = -1;
+    const char *strict = getenv("CHIME_MODEL_STRICT");
+    m->strict = strict && *strict && *strict != '0';
 
     chime_pool_options o;
     chime_pool_options_init(&o);
@@ -1924,14 +3020,26 @@ m_sequence(m_src *src, int max_ops, const char *label,
     m_trace(r,
             "config: remove_on_cancel %d execute_delayed %d "
             "continue_periodic %d policy %d max_pending %zu start %+" PRId64
-            "%s",
+            "%s; %d binding(s), batch_limit %u %u",
             m->remove_on_cancel, m->exec_delayed, m->cont_periodic, m->policy,
             m->max_pending, m->now,
-            r->gen.shutdown_heavy ? " (callbacks shut down often)" : "");
+            r->gen.shutdown_heavy ? " (callbacks shut down often)" : "",
+            m->nloops, r->gen.limit_opt[0], r->gen.limit_opt[1]);
     if (chime_pool_new(&o, &r->pool) != 0)
         m_failf(r, "chime_pool_new failed");
     if (chime_pool_prestart_all(r->pool) != 1)
         m_failf(r, "prestart_all did not start one worker");
+    /* The bindings, their loop thread this one. */
+    for (int li = 0; li < m->nloops; li++) {
+        chime_loop_options lo;
+        chime_loop_options_init(&lo);
+        lo.batch_limit = r->gen.limit_opt[li];
+        if (chime_loop_new(r->pool, &lo, &r->loops[li]) != 0 ||
+            chime_loop_set_thread(r->loops[li]) != 0)
+            m_failf(r, "chime_loop_new or chime_loop_set_thread failed");
+    }
+    if (tally && m->nloops > 0)
+        tally->loop_seqs++;
 
     while (r->ops < max_ops && m->nlog < M_MAX_RUNS &&
            m->ntasks < M_MAX_TASKS - 8) {
@@ -1939,6 +3047,15 @@ m_sequence(m_src *src, int max_ops, const char *label,
         m_gen_step(&r->gen, &st);
         if (r->gen.src.eof)
             break;
+        m_step_run(r, &st);
+    }
+
+    /* "close every binding before chime_pool_destroy" */
+    for (int li = 0; li < m->nloops; li++) {
+        m_step st;
+        memset(&st, 0, sizeof(st));
+        st.op.kind = MO_LCLOSE;
+        st.op.loop = li;
         m_step_run(r, &st);
     }
 
@@ -1968,7 +3085,11 @@ m_sequence(m_src *src, int max_ops, const char *label,
     src->caprec = r->gen.src.caprec;
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
+    if (tally)
+        for (int d = 0; d < M_DEV_COUNT; d++)
+            tally->known_deviations += m->dev_hits[d];
     free(r->log);
+    free(r->ended);
     free(r->trace);
     free(m->log);
     free(m);
@@ -2004,4 +3125,13 @@ m_tally_print(const m_tally *ty, FILE *f)
             "runs ~%" PRIu64 "; largest queue %" PRIu64 "\n",
             ty->ops_running, ty->ops_shutdown, ty->ops_stop, ty->caller_runs,
             ty->ghosts_seen, ty->catchup_runs, ty->max_queue);
+    fprintf(f,
+            "loops: %" PRIu64 " sequences with bindings, %" PRIu64
+            " loop runs, %" PRIu64 " nested dispatches, %" PRIu64
+            " dispatches stopped by batch_limit, largest ready queue %" PRIu64
+            ", %" PRIu64 " loop callbacks waited for pool runs; %" PRIu64
+            " cases of a known library deviation (M_DEV_*)\n",
+            ty->loop_seqs, ty->loop_runs, ty->nested_dispatches,
+            ty->limit_stops, ty->max_ready, ty->loop_pool_syncs,
+            ty->known_deviations);
 }

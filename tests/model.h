@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The model-based test's interface (tests/model.c): random or given
- * operation sequences run on a one-worker chime pool with a virtual clock
- * and on a reference model side by side, compared step by step; the first
+ * operation sequences run on a one-worker chime pool with a virtual clock,
+ * and on 0-2 loop bindings dispatched by the driving thread, and on a
+ * reference model side by side, compared step by step; the first
  * divergence is reported. Used by test_model.c (bytes from a seeded PRNG)
  * and fuzz/fuzz_ops.c (bytes from libFuzzer). */
 #ifndef CHIME_TEST_MODEL_H
@@ -27,6 +28,12 @@ enum m_opkind {
     MO_POLICY,       /* which (0 exec delayed, 1 continue periodic, 2 remove
                         on cancel), on */
     MO_WAIT,         /* target: chime_task_wait(target, 0) */
+    /* Loop bindings (only in sequences that have some; `loop` names one) */
+    MO_LSCHEDULE, /* chime_loop_schedule*: as MO_SCHEDULE, on binding loop */
+    MO_POST,      /* chime_loop_post, fail_on/cause */
+    MO_DISPATCH,  /* chime_loop_dispatch */
+    MO_TOUCH,     /* target: chime_task_touch */
+    MO_LCLOSE,    /* chime_loop_close */
     MO_COUNT
 };
 
@@ -59,10 +66,18 @@ typedef struct m_tally {
     uint64_t cb[MO_COUNT][M_RC_SLOTS];
     uint64_t ops_running, ops_shutdown, ops_stop;
     uint64_t caller_runs, ghosts_seen, catchup_runs, max_queue;
+    /* loop bindings */
+    uint64_t loop_seqs, loop_runs, nested_dispatches, max_ready;
+    uint64_t touch_requeues, limit_stops, loop_pool_syncs;
+    uint64_t known_deviations; /* M_DEV_* cases met (see tests/model.c) */
 } m_tally;
 
-/* Runs one sequence: a pool configured from the first bytes of src, then
- * up to max_ops operations (fewer if the source runs dry), then destroy.
+/* Runs one sequence: a pool (and its bindings) configured from the first
+ * bytes of src, then up to max_ops operations (fewer if the source runs
+ * dry), then every binding is closed and the pool destroyed.
+ * With CHIME_MODEL_STRICT=1 in the environment the model follows chime.h
+ * even where the library is known to differ (M_DEV_* in tests/model.c):
+ * such sequences then fail, which is how those differences are shown.
  * A divergence calls fail(message, fail_ctx), which must not return (NULL:
  * print and abort). print_trace prints every operation; runs_out (if not
  * NULL) receives the number of callback runs, tally (if not NULL) adds what
