@@ -277,7 +277,8 @@ typedef struct m_model {
     int current; /* task whose callback runs on the worker, or -1 */
     int nloops;
     m_loop l[M_MAX_LOOPS];
-    bool strict;                  /* follow chime.h where M_DEV_* differ */
+    unsigned strict; /* bit M_DEV_x: follow chime.h where the library
+                        differs (CHIME_MODEL_STRICT) */
     bool term_lost;               /* DEV_REARM_TERM met: termination is
                                      not judged any more */
     uint64_t dev_hits[M_DEV_COUNT]; /* cases where they did */
@@ -288,13 +289,38 @@ typedef struct m_model {
     m_stats st;
 } m_model;
 
+static const char *m_dev_name[M_DEV_COUNT] = {
+    "BATCHED_PERIODIC", "BATCHED_TOUCH",  "OLDEST_KEY",    "SHUTDOWN_KEY",
+    "REMOVE_GHOST",     "REMAINING",      "REQUEUE_COUNT", "REARM_TIMEOUT",
+    "REARM_TERM"};
+
+/* CHIME_MODEL_STRICT: 1 (or "all") for every M_DEV_*, or a list of their
+ * names (e.g. "OLDEST_KEY,REMAINING"): the model follows chime.h there. */
+static unsigned
+m_strict_from_env(void)
+{
+    const char *v = getenv("CHIME_MODEL_STRICT");
+    if (v == NULL || *v == '\0' || strcmp(v, "0") == 0)
+        return 0;
+    if (strcmp(v, "1") == 0 || strcmp(v, "all") == 0)
+        return (1u << M_DEV_COUNT) - 1;
+    unsigned bits = 0;
+    for (int d = 0; d < M_DEV_COUNT; d++) {
+        const char *p = strstr(v, m_dev_name[d]);
+        size_t n = strlen(m_dev_name[d]);
+        if (p && (p == v || p[-1] == ',') && (p[n] == '\0' || p[n] == ','))
+            bits |= 1u << d;
+    }
+    return bits;
+}
+
 /* A known deviation meets this case: true if the model follows the
  * library here (the default), false to follow the header. */
 static bool
 m_lib(m_model *m, int dev)
 {
     m->dev_hits[dev]++;
-    return !m->strict;
+    return !(m->strict & (1u << dev));
 }
 
 /* ---- arithmetic ---------------------------------------------------------- */
@@ -481,10 +507,11 @@ m_remaining(const m_model *m, int id)
     if (m_final(t->state))
         return 0;
     int64_t d = t->rearm ? t->rearm_deadline : t->deadline;
-    if (!t->rearm && t->posted && !m->strict)
+    bool strict = m->strict & (1u << M_DEV_REMAINING);
+    if (!t->rearm && t->posted && !strict)
         return M_ANY64; /* DEV_REMAINING: the library says 0 - now */
     if (t->ready && m_touched_since_due(t)) {
-        if (!m->strict)
+        if (!strict)
             return M_ANY64; /* DEV_REMAINING: the old deadline */
         d = m_clamp((__int128)t->act + t->timeout);
     }
@@ -2765,7 +2792,9 @@ m_check_stats(m_rig *r)
         M_LEQ(dispatched, l->dispatched);
         M_LEQ(dispatch_calls, l->calls);
         M_LEQ(touch_requeues,
-              l->requeues + (m->strict ? 0 : l->requeues_excused));
+              l->requeues + ((m->strict & (1u << M_DEV_REQUEUE_COUNT))
+                                 ? 0
+                                 : l->requeues_excused));
         M_LEQ(timer_arms, 0); /* "With a custom clock there is no timerfd" */
 #undef M_LEQ
         if (ls.wakeups < ls.drains || ls.wakeups - ls.drains > 1)
@@ -2997,8 +3026,7 @@ m_sequence(m_src *src, int max_ops, const char *label,
     m_gen_config(&r->gen, m);
     m->current = -1;
     r->drained = -1;
-    const char *strict = getenv("CHIME_MODEL_STRICT");
-    m->strict = strict && *strict && *strict != '0';
+    m->strict = m_strict_from_env();
 
     chime_pool_options o;
     chime_pool_options_init(&o);
