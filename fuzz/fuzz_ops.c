@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* libFuzzer target: the input bytes are an operation sequence (pool
- * configuration, then operations; see part 2 of tests/model.c) run
- * against a one-worker pool on a virtual clock and against the reference
+/* libFuzzer target: the input bytes are an operation sequence (pool and
+ * binding configuration, then operations; see part 2 of tests/model.c)
+ * run against a one-worker pool on a virtual clock, with 0-2 loop
+ * bindings dispatched by the fuzzing thread, and against the reference
  * model of tests/model.c, the same pair test_model drives. Any divergence
  * prints the operations so far and aborts, which libFuzzer records as a
  * crash; ASan, UBSan and LeakSanitizer (each input creates and destroys

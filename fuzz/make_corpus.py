@@ -6,7 +6,9 @@ Each file is a short, meaningful operation sequence, encoded the way
 m_gen_config() and m_gen_step() in tests/model.c decode bytes. The
 files are committed; run this again only to regenerate them after changing
 the decoder (libFuzzer accepts any bytes, so an outdated corpus still works,
-it is just less pointed). Check a file with:
+it is just less pointed). The loop_* files have loop bindings; the others,
+written before bindings were modelled, have none and decode as they did.
+Check a file with:
     CHIME_MODEL_TRACE=1 build-fuzz/fuzz_ops fuzz/corpus/<name>
 """
 import os
@@ -133,6 +135,98 @@ def act_shutdown_now():
     return [15 | (3 << 4)]
 
 
+# ---- sequences with loop bindings -------------------------------------
+# With bindings (the third config byte asks for them) the decoder reads a
+# few more bytes and gives loop operations some byte ranges of their own:
+# top-level steps 100-105, 160-189 and 212-219 are loop steps, so cancel,
+# advance and release use other bytes of their ranges here (l* helpers).
+LIMIT = {"default": 0, 1: 1, 2: 2, 3: 3, 4: 4, 8: 5, 40: 6}
+
+
+def lconfig(nloops=1, limits=("default", "default"), **kw):
+    c = config(**kw)
+    c[2] |= (1 if nloops == 1 else 3) << 2
+    return c + [LIMIT[limits[0]] | (LIMIT[limits[1]] << 3)]
+
+
+def lschedule(kind, delay="1ms", period="1ms", loop=0, handle=True,
+              fail_on=0, act_on=0, act=None):
+    """A timer of binding `loop`, or a pool task (loop=None)."""
+    first = {"oneshot": 0, "rate": 56, "delay": 76}[kind]
+    w = 7 if loop is None else loop << 3  # (w & 7) < 5: a binding's
+    out = [first, w] + sched_bytes(delay, period, handle, fail_on)
+    if act_on:
+        out += [1 | ((act_on - 1) << 1)] + act
+    else:
+        out += [0]
+    return out
+
+
+def lpost(loop=0, handle=True, fail_on=0, act_on=0, act=None):
+    out = [160, (loop << 7) | 56, 0x10 if handle else 0] + fail(fail_on)
+    if act_on:
+        out += [1 | ((act_on - 1) << 1)] + act
+    else:
+        out += [0]
+    return out
+
+
+def dispatch(loop=0):
+    return [160, loop << 7]
+
+
+def touch(i, loop=0):
+    # the i-th live loop one-shot held
+    return [160, (loop << 7) | 86, (i << 2) | 1]
+
+
+def lclose(loop=0):
+    return [160, (loop << 7) | 126, 1]
+
+
+def ladvance(a):
+    return [200, A[a]]
+
+
+def lcancel(i, interrupt=False):
+    return [106] + held(i) + [0x10 if interrupt else 0]
+
+
+def lrelease(i):
+    return [220] + held(i, live=False) + [0]
+
+
+# Callback actions with bindings: lact() wraps a plain one; the others are
+# loop actions on the task's own binding or the other one.
+def lact(act):
+    return [3] + act
+
+
+def _lact(kind, other):
+    return [0, (1 if other else 0) | (kind << 2)]
+
+
+def lact_post(other=False, handle=True, fail_on=0):
+    return _lact(1 if handle else 0, other) + fail(fail_on)
+
+
+def lact_touch(i, other=False):
+    return _lact(16, other) + [(i << 2) | 1]
+
+
+def lact_dispatch(other=True):
+    return [8 if other else 0, (1 if other else 0) | (30 << 2)]
+
+
+def lact_schedule(kind, delay, period="1ms", other=False, handle=True):
+    k = {"oneshot": 0, "rate": 1, "delay": 2}[kind]
+    return _lact(48 + k, other) + sched_bytes(delay, period, handle)
+
+
+def lact_close(other=False):
+    return _lact(62, other)
+
+
 CORPUS = {
     # Equal deadlines run in submission order; a re-arm to the same
     # deadline queues behind.
@@ -193,6 +287,76 @@ CORPUS = {
                act=act_schedule("delay", "1ms", "2ms", fail_on=1))
     + schedule("rate", "1ms", "0") + schedule("delay", "1ms", "-1ms")
     + advance("5ms") + release(0) + advance("5ms"),
+    # ---- loop bindings ----
+    # Equal deadlines in (deadline, submission) order per binding; a post
+    # joins behind the timers already due; a re-arm to the same deadline
+    # queues behind.
+    "loop_fifo_post": lconfig() + lschedule("oneshot", "2ms")
+    + lschedule("oneshot", "2ms") + lschedule("oneshot", "1ms")
+    + ladvance("2ms") + lpost() + rearm(0, "0") + dispatch()
+    + lschedule("oneshot", "1ms") + lpost() + ladvance("1ms") + dispatch(),
+    # batch_limit 1: the ready queue fills; a touch sends a ready timer
+    # back, a cancel and a re-arm take ready ones away.
+    "loop_batch_limit": lconfig(limits=(1, "default"))
+    + lschedule("oneshot", "1ms") + lschedule("oneshot", "2ms")
+    + lschedule("oneshot", "3ms") + lschedule("oneshot", "4ms")
+    + ladvance("5ms") + dispatch() + touch(0) + lcancel(1) + rearm(2, "1ms")
+    + dispatch() + dispatch() + ladvance("5ms") + dispatch() + dispatch(),
+    # A late fixed-rate timer catching up over batch-limited dispatches; a
+    # fixed-delay one whose run moves the clock.
+    "loop_periodic": lconfig(limits=(3, "default"))
+    + lschedule("rate", "1ms", "1ms")
+    + lschedule("delay", "0", "3ms", act_on=1, act=lact(act_advance("1ms")))
+    + ladvance("8ms") + dispatch() + dispatch() + dispatch() + dispatch()
+    + ladvance("5ms") + dispatch() + lcancel(0) + dispatch(),
+    # Two bindings: a callback of one dispatches the other (nested), which
+    # touches and re-arms timers of the first.
+    "loop_nested_dispatch": lconfig(nloops=2)
+    + lschedule("oneshot", "3ms", loop=0)
+    + lschedule("oneshot", "2ms", loop=1, act_on=1, act=lact_touch(0))
+    + lschedule("oneshot", "2ms", loop=0, act_on=1, act=lact_dispatch())
+    + lschedule("oneshot", "1ms", loop=1, act_on=1,
+                act=lact(act_rearm(target_live(0), "0")))
+    + ladvance("2ms") + dispatch(0) + ladvance("3ms") + dispatch(0)
+    + dispatch(1),
+    # Shutdown from a loop callback while a periodic timer of the same
+    # dispatch waits; execute_delayed off cancels a one-shot not yet due,
+    # a due one still runs; posts are rejected after.
+    "loop_shutdown": lconfig(exec_delayed=False, policy="discard")
+    + lschedule("oneshot", "1ms", act_on=1, act=lact(act_shutdown()))
+    + lschedule("rate", "1ms", "1ms") + lschedule("oneshot", "1ms")
+    + lschedule("oneshot", "5ms") + ladvance("1ms") + dispatch() + lpost()
+    + dispatch() + ladvance("5ms") + dispatch(),
+    # Touch: an idle timeout pushed back twice, then left to expire.
+    "loop_touch": lconfig() + lschedule("oneshot", "5ms")
+    + ladvance("3ms") + touch(0) + ladvance("3ms") + dispatch() + touch(0)
+    + ladvance("3ms") + dispatch() + ladvance("2ms") + dispatch(),
+    # Pool and loop: a pool callback posts to the binding and touches a
+    # loop timer; a loop callback moves the clock (the worker runs a pool
+    # task meanwhile) and schedules a pool task.
+    "loop_pool_mix": lconfig()
+    + lschedule("oneshot", "2ms", loop=None, act_on=1,
+                act=lact_post(fail_on=1))
+    + lschedule("oneshot", "8ms", loop=0)
+    + lschedule("oneshot", "1ms", loop=None, act_on=1, act=lact_touch(0))
+    + lschedule("oneshot", "3ms", loop=0, act_on=1,
+                act=lact(act_advance("1ms")))
+    + lschedule("oneshot", "4ms", loop=None)
+    + ladvance("3ms") + dispatch() + ladvance("5ms") + dispatch(),
+    # A loop callback closes its own binding; later posts and dispatches
+    # are refused. DISCARD_OLDEST with loop timers at capacity.
+    "loop_close": lconfig(policy="discard_oldest", max_pending=2)
+    + lschedule("oneshot", "3ms") + lschedule("oneshot", "1ms", loop=None)
+    + lschedule("oneshot", "2ms")
+    + lschedule("oneshot", "1ms", act_on=1, act=lact_close())
+    + lpost() + ladvance("1ms") + dispatch() + lpost() + dispatch()
+    + lclose(),
+    # remove_on_cancel off: a cancelled loop timer stays until a move
+    # finds it due; remove and purge meet it.
+    "loop_retained_cancel": lconfig(remove_on_cancel=False)
+    + lschedule("oneshot", "2ms") + lschedule("oneshot", "4ms")
+    + lschedule("oneshot", "8ms") + lcancel(0) + lcancel(0) + remove(1)
+    + ladvance("2ms") + dispatch() + purge() + ladvance("5ms") + dispatch(),
 }
 
 
