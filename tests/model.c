@@ -279,8 +279,8 @@ typedef struct m_model {
     m_loop l[M_MAX_LOOPS];
     unsigned strict; /* bit M_DEV_x: follow chime.h where the library
                         differs (CHIME_MODEL_STRICT) */
-    bool term_lost;               /* DEV_REARM_TERM met: termination is
-                                     not judged any more */
+    bool term_lost;  /* DEV_REARM_TERM met: termination is
+                        not judged any more */
     uint64_t dev_hits[M_DEV_COUNT]; /* cases where they did */
     int ntasks;
     m_task t[M_MAX_TASKS];
@@ -290,9 +290,9 @@ typedef struct m_model {
 } m_model;
 
 static const char *m_dev_name[M_DEV_COUNT] = {
-    "BATCHED_PERIODIC", "BATCHED_TOUCH",  "OLDEST_KEY",    "SHUTDOWN_KEY",
-    "REMOVE_GHOST",     "REMAINING",      "REQUEUE_COUNT", "REARM_TIMEOUT",
-    "REARM_TERM"};
+    "BATCHED_PERIODIC", "BATCHED_TOUCH", "OLDEST_KEY",
+    "SHUTDOWN_KEY",     "REMOVE_GHOST",  "REMAINING",
+    "REQUEUE_COUNT",    "REARM_TIMEOUT", "REARM_TERM"};
 
 /* CHIME_MODEL_STRICT: 1 (or "all") for every M_DEV_*, or a list of their
  * names (e.g. "OLDEST_KEY,REMAINING"): the model follows chime.h there. */
@@ -386,8 +386,7 @@ m_head(const m_model *m, bool with_ghosts)
     int best = -1;
     for (int i = 0; i < m->ntasks; i++) {
         const m_task *t = &m->t[i];
-        if (!t->queued || t->loop >= 0 ||
-            (!with_ghosts && m_final(t->state)))
+        if (!t->queued || t->loop >= 0 || (!with_ghosts && m_final(t->state)))
             continue;
         if (best < 0 || m_before(t, &m->t[best]))
             best = i;
@@ -470,8 +469,8 @@ static bool
 m_loop_holds(const m_model *m, int id)
 {
     const m_task *t = &m->t[id];
-    return t->loop >= 0 && (t->queued || t->ready || t->batched ||
-                            m->l[t->loop].current == id);
+    return t->loop >= 0 &&
+           (t->queued || t->ready || t->batched || m->l[t->loop].current == id);
 }
 
 /* "Waits until the pool has terminated: shut down, queue empty, every
@@ -714,8 +713,7 @@ m_move_due(m_model *m, int li)
         for (int i = 0; i < m->ntasks; i++) {
             m_task *t = &m->t[i];
             if (t->queued && t->loop == li && !m_final(t->state) &&
-                t->deadline <= m->now &&
-                (best < 0 || m_before(t, &m->t[best])))
+                t->deadline <= m->now && (best < 0 || m_before(t, &m->t[best])))
                 best = i;
         }
         if (best < 0)
@@ -946,8 +944,7 @@ m_cancel(m_model *m, int id, unsigned flags)
          * queue." Among the timers, as a pool task; a shut-down pool
          * takes it out at once too (termination waits for it). */
         t->ready = t->batched = false;
-        if (t->queued &&
-            (m->remove_on_cancel || m->run_state != M_RUNNING))
+        if (t->queued && (m->remove_on_cancel || m->run_state != M_RUNNING))
             t->queued = false;
     } else if (t->queued && m->remove_on_cancel) {
         t->queued = false; /* else it stays as a ghost */
@@ -1283,8 +1280,7 @@ m_dispatch(m_model *m, int li, int self)
             m_task *t = &m->t[batch[i]];
             if (!t->batched)
                 continue; /* taken away before it started */
-            if (m_touched_since_due(t) &&
-                !m_lib(m, M_DEV_BATCHED_TOUCH)) {
+            if (m_touched_since_due(t) && !m_lib(m, M_DEV_BATCHED_TOUCH)) {
                 t->batched = false;
                 m_touch_requeue(m, batch[i]);
                 continue;
@@ -1370,8 +1366,8 @@ m_apply_(m_model *m, const m_op *op, int self, int *new_id)
             return m_submit(m, M_ONESHOT, 0, 0, false, -1, on_worker, &s,
                             new_id);
         return m_submit(m, op->sched_kind, op->delay, op->period, op->handle,
-                        op->kind == MO_LSCHEDULE ? op->loop : -1, on_worker,
-                        &s, new_id);
+                        op->kind == MO_LSCHEDULE ? op->loop : -1, on_worker, &s,
+                        new_id);
     }
     case MO_POST: {
         m_script s = m_op_script(op);
@@ -1511,9 +1507,9 @@ m_ns(int64_t ns, char *buf, size_t n)
 
 static const char *m_kind_name[] = {"oneshot", "rate", "delay"};
 static const char *m_op_name[] = {
-    "schedule",  "execute", "cancel", "rearm",    "advance", "release",
-    "remove",    "purge",   "shutdown", "shutdown_now", "policy", "wait",
-    "lschedule", "post",    "dispatch", "touch",    "lclose"};
+    "schedule",  "execute", "cancel",   "rearm",        "advance", "release",
+    "remove",    "purge",   "shutdown", "shutdown_now", "policy",  "wait",
+    "lschedule", "post",    "dispatch", "touch",        "lclose"};
 
 static const char *
 m_op_str(const m_op *op, char *buf, size_t n)
@@ -1585,11 +1581,11 @@ m_op_str(const m_op *op, char *buf, size_t n)
 
 typedef struct m_gen {
     m_src src;
-    const m_model *m;     /* targets are chosen among its tasks */
-    bool shutdown_heavy;  /* profile: callbacks shut down often */
+    const m_model *m;    /* targets are chosen among its tasks */
+    bool shutdown_heavy; /* profile: callbacks shut down often */
     int cur_loop; /* binding of the task whose script is decoded, or -1 */
     unsigned limit_opt[M_MAX_LOOPS]; /* chime_loop_options.batch_limit */
-    int ids[M_MAX_TASKS]; /* scratch */
+    int ids[M_MAX_TASKS];            /* scratch */
 } m_gen;
 
 static const int64_t m_delays[16] = {
@@ -2294,14 +2290,13 @@ r_submit(m_rig *r, const m_op *op, const m_script *s, int *new_id)
     else if (op->sched_kind == M_RATE)
         rc = l ? chime_loop_schedule_at_fixed_rate(l, r_cb, a, op->delay,
                                                    op->period, out)
-               : chime_pool_schedule_at_fixed_rate(r->pool, r_cb, a,
-                                                   op->delay, op->period, out);
+               : chime_pool_schedule_at_fixed_rate(r->pool, r_cb, a, op->delay,
+                                                   op->period, out);
     else
         rc = l ? chime_loop_schedule_with_fixed_delay(l, r_cb, a, op->delay,
                                                       op->period, out)
-               : chime_pool_schedule_with_fixed_delay(r->pool, r_cb, a,
-                                                      op->delay, op->period,
-                                                      out);
+               : chime_pool_schedule_with_fixed_delay(
+                     r->pool, r_cb, a, op->delay, op->period, out);
     m_tls_submitting--;
     if (h != NULL) {
         pthread_mutex_lock(&r->mu);
@@ -2464,8 +2459,8 @@ m_check_log(m_rig *r)
                      r->last_at[e->id] == e->at)
                 r->tally->catchup_runs++;
             r->last_at[e->id] = e->at;
-            bool acted = t->s.act_on == e->run &&
-                         (e->remain != M_ANY64 || t->posted);
+            bool acted =
+                t->s.act_on == e->run && (e->remain != M_ANY64 || t->posted);
             if (acted)
                 r->tally
                     ->cb[t->s.act.kind][m_rc_slot(t->s.act.kind, e->act_rc)]++;
@@ -2550,9 +2545,8 @@ m_check_loop_queue(m_rig *r, int li)
         where[a->id] = chime_task_is_done(t) ? 'g' : 'l';
         key[a->id] = l->timers.slots[i].deadline;
         tmo[a->id] = l->timers.slots[i].timeout;
-        real[a->id] = chime_task_is_done(t)
-                          ? 0
-                          : chime__timers_deadline_locked(l, t);
+        real[a->id] =
+            chime_task_is_done(t) ? 0 : chime__timers_deadline_locked(l, t);
     }
     for (uint32_t p = l->head; p != l->tail && nring < M_MAX_TASKS; p++) {
         struct chime_ring_entry *e = &l->ring[p & (l->cap - 1)];
@@ -2588,17 +2582,21 @@ m_check_loop_queue(m_rig *r, int li)
             continue;
         }
         if (where[i] != (ghost ? 'g' : 'l'))
-            m_failf(r, "task #%d: binding %d's timers have it %s, the "
-                       "model %s",
-                    i, li, where[i] == 'l' ? "live" : where[i] ? "cancelled"
-                                                               : "not",
+            m_failf(r,
+                    "task #%d: binding %d's timers have it %s, the "
+                    "model %s",
+                    i, li,
+                    where[i] == 'l' ? "live"
+                    : where[i]      ? "cancelled"
+                                    : "not",
                     ghost ? "cancelled (retained)" : "live");
         if (key[i] != t->key || (!ghost && real[i] != t->deadline) ||
             (!ghost && tmo[i] != t->timeout))
             m_failf(r,
-                    "task #%d: binding %d has it due %+" PRId64 " (key %+" PRId64
-                    ", timeout %" PRId64 "), the model %+" PRId64
-                    " (key %+" PRId64 ", timeout %" PRId64 ")",
+                    "task #%d: binding %d has it due %+" PRId64
+                    " (key %+" PRId64 ", timeout %" PRId64
+                    "), the model %+" PRId64 " (key %+" PRId64
+                    ", timeout %" PRId64 ")",
                     i, li, real[i], key[i], tmo[i], t->deadline, t->key,
                     t->timeout);
         k++;
@@ -2778,8 +2776,8 @@ m_check_stats(m_rig *r)
                 continue;
             timers += t->queued;
             /* "ready = ready-queue entries + due timers not yet moved" */
-            ready += t->ready || (t->queued && !m_final(t->state) &&
-                                  t->deadline <= m->now);
+            ready += t->ready ||
+                     (t->queued && !m_final(t->state) && t->deadline <= m->now);
         }
         char what[64];
 #define M_LEQ(field, value)                                                    \
@@ -2814,11 +2812,12 @@ m_check_stats(m_rig *r)
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         int readable = poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN);
         if (ready > 0 && !readable)
-            m_failf(r, "loop%d: %zu ready, its fd is not readable", li,
-                    ready);
+            m_failf(r, "loop%d: %zu ready, its fd is not readable", li, ready);
         if (ready == 0 && r->drained == li && readable)
-            m_failf(r, "loop%d: a dispatch left nothing ready, its fd is "
-                       "still readable", li);
+            m_failf(r,
+                    "loop%d: a dispatch left nothing ready, its fd is "
+                    "still readable",
+                    li);
     }
 #undef M_EQ
 }
@@ -2848,8 +2847,7 @@ m_check_handles(m_rig *r, bool pool_alive)
         int exp_err = m_final(t->state) ? t->error : 0;
         int64_t exp_rem = m_remaining(m, id);
         if (st != t->state || err != exp_err || w != m_outcome(t) ||
-            (exp_rem != M_ANY64 && rem != exp_rem) ||
-            intr != t->interrupted ||
+            (exp_rem != M_ANY64 && rem != exp_rem) || intr != t->interrupted ||
             chime_task_is_done(h) != m_final(t->state) ||
             chime_task_is_cancelled(h) != (t->state == CHIME_TASK_CANCELLED) ||
             chime_task_is_periodic(h) != (t->kind != M_ONESHOT) ||
@@ -2862,13 +2860,12 @@ m_check_handles(m_rig *r, bool pool_alive)
                     "; model state %d error %d wait %d remaining %" PRId64
                     " interrupted %d result %" PRIdPTR,
                     id, m_kind_name[t->kind], st, err, w, rem, intr,
-                    (intptr_t)res, t->state, exp_err, m_outcome(t),
-                    exp_rem, t->interrupted, t->result);
+                    (intptr_t)res, t->state, exp_err, m_outcome(t), exp_rem,
+                    t->interrupted, t->result);
         bool ghost = t->queued && m_final(t->state) && t->exposed;
         /* "Queued" includes a loop task due and waiting for its loop. */
         bool queued = t->queued || t->ready;
-        if (pool_alive && !ghost &&
-            chime_pool_contains(r->pool, h) != queued)
+        if (pool_alive && !ghost && chime_pool_contains(r->pool, h) != queued)
             m_failf(r, "task #%d: contains %d, model queued %d", id, !queued,
                     queued);
         if (m_final(t->state))
