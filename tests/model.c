@@ -2564,7 +2564,6 @@ m_check_loop_queue(m_rig *r, int li)
     if (batch_n != 0)
         m_failf(r, "binding %d: a dispatch batch of %u left", li,
                 (unsigned)batch_n);
-    size_t k = 0;
     for (int i = 0; i < m->ntasks; i++) {
         const m_task *t = &m->t[i];
         if (t->loop != li) {
@@ -2599,7 +2598,6 @@ m_check_loop_queue(m_rig *r, int li)
                     ", timeout %" PRId64 ")",
                     i, li, real[i], key[i], tmo[i], t->deadline, t->key,
                     t->timeout);
-        k++;
     }
     /* The ready queue, in order: the model's sorted by rpos. */
     static _Thread_local int order[M_MAX_TASKS];
