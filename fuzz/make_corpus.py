@@ -175,9 +175,18 @@ def dispatch(loop=0):
     return [160, loop << 7]
 
 
-def touch(i, loop=0):
+TOUCH_AT = {"0": 0, "1ns": 2, "0.5ms": 3, "1ms": 4, "2ms": 5, "5ms": 6,
+            "MAX": 7}
+
+
+def touch_kind(at=None):
+    # chime_task_touch, or chime_task_touch_at(now + at) ("MAX": INT64_MAX)
+    return [7] if at is None else [TOUCH_AT[at] << 5]
+
+
+def touch(i, loop=0, at=None):
     # the i-th live loop one-shot held
-    return [160, (loop << 7) | 86, (i << 2) | 1]
+    return [160, (loop << 7) | 86, (i << 2) | 1] + touch_kind(at)
 
 
 def lclose(loop=0):
@@ -210,8 +219,8 @@ def lact_post(other=False, handle=True, fail_on=0):
     return _lact(1 if handle else 0, other) + fail(fail_on)
 
 
-def lact_touch(i, other=False):
-    return _lact(16, other) + [(i << 2) | 1]
+def lact_touch(i, other=False, at=None):
+    return _lact(16, other) + [(i << 2) | 1] + touch_kind(at)
 
 
 def lact_dispatch(other=True):
@@ -329,8 +338,9 @@ CORPUS = {
     + dispatch() + ladvance("5ms") + dispatch(),
     # Touch: an idle timeout pushed back twice, then left to expire.
     "loop_touch": lconfig() + lschedule("oneshot", "5ms")
-    + ladvance("3ms") + touch(0) + ladvance("3ms") + dispatch() + touch(0)
-    + ladvance("3ms") + dispatch() + ladvance("2ms") + dispatch(),
+    + ladvance("3ms") + touch(0) + ladvance("3ms") + dispatch()
+    + touch(0, at="1ms") + ladvance("3ms") + dispatch() + ladvance("3ms")
+    + dispatch(),
     # Pool and loop: a pool callback posts to the binding and touches a
     # loop timer; a loop callback moves the clock (the worker runs a pool
     # task meanwhile) and schedules a pool task.

@@ -188,6 +188,8 @@ typedef struct m_op {
     int which;
     bool on;
     bool with_list;
+    bool at; /* MO_TOUCH: chime_task_touch_at(now + delay); delay INT64_MAX:
+                at INT64_MAX */
 } m_op;
 
 typedef struct m_script {
@@ -988,9 +990,16 @@ m_rearm(m_model *m, int id, int64_t delay)
  * task that saw activity since it was armed does not run: it waits on
  * until the last activity plus its timeout". "-EALREADY (completed),
  * -EINVAL (NULL or a periodic task), -ENOTSUP (a pool task)", checked in
- * the order the library has them (the header gives none). */
+ * the order the library has them (the header gives none).
+ * chime_task_touch_at(task, at): the same with the time given ("runs no
+ * earlier than now_ns + its timeout"); the decoder gives now or later.
+ * A time earlier than the last activity (a plain touch after a touch_at in
+ * the future) "moves it back": the header says no more, the model takes
+ * the library's floor, the timer's heap key (its deadline as last armed or
+ * found due), so the deadline is max(key, activity + timeout), which for
+ * touches that only move forward is max(deadline, activity + timeout). */
 static int
-m_touch(m_model *m, int id)
+m_touch(m_model *m, int id, int64_t at)
 {
     m_task *t = &m->t[id];
     if (t->loop < 0)
@@ -999,12 +1008,11 @@ m_touch(m_model *m, int id)
         return -EINVAL;
     if (m_final(t->state))
         return -EALREADY;
-    t->act = m->now;
+    t->act = at;
     t->touched = true;
     if (t->queued) {
-        int64_t d = m_clamp((__int128)m->now + t->timeout);
-        if (d > t->deadline)
-            t->deadline = d;
+        int64_t d = m_clamp((__int128)at + t->timeout);
+        t->deadline = d > t->key ? d : t->key;
     }
     return 0;
 }
@@ -1320,6 +1328,13 @@ m_loop_close(m_model *m, int li, bool on_worker)
 
 static int m_apply_(m_model *m, const m_op *op, int self, int *new_id);
 
+/* The time a touch_at gives: now + delay (saturated), or INT64_MAX. */
+static int64_t
+m_touch_time(int64_t now, int64_t delay)
+{
+    return delay == INT64_MAX ? INT64_MAX : m_clamp((__int128)now + delay);
+}
+
 /* Applies one operation; self is the running task (M_SELF targets it) or -1
  * at top level. Returns the rc the library call must return. */
 static int
@@ -1378,7 +1393,8 @@ m_apply_(m_model *m, const m_op *op, int self, int *new_id)
     case MO_REARM:
         return m_rearm(m, id, op->delay);
     case MO_TOUCH:
-        return m_touch(m, id);
+        return m_touch(m, id,
+                       op->at ? m_touch_time(m->now, op->delay) : m->now);
     case MO_ADVANCE:
         m->now = m_clamp((__int128)m->now + op->delay);
         return 0;
@@ -1564,10 +1580,16 @@ m_op_str(const m_op *op, char *buf, size_t n)
     case MO_SHUTDOWN_NOW:
         snprintf(buf, n, "shutdown_now%s", op->with_list ? " list" : "");
         break;
+    case MO_TOUCH:
+        if (op->at)
+            snprintf(buf, n, "touch_at %s now+%s", tg,
+                     m_ns(op->delay, a, sizeof(a)));
+        else
+            snprintf(buf, n, "touch %s", tg);
+        break;
     case MO_RELEASE:
     case MO_REMOVE:
     case MO_WAIT:
-    case MO_TOUCH:
         snprintf(buf, n, "%s %s", m_op_name[op->kind], tg);
         break;
     default:
@@ -1682,6 +1704,18 @@ m_gen_held(m_gen *g)
     return n ? g->ids[(b >> 2) % n] : -1;
 }
 
+/* chime_task_touch or, 3 times in 8, chime_task_touch_at with a time at
+ * or after now. */
+static void
+m_gen_touch_at(m_gen *g, m_op *op)
+{
+    static const int64_t offsets[8] = {0,   0,       1,       M_U / 2,
+                                       M_U, 2 * M_U, 5 * M_U, INT64_MAX};
+    uint8_t a = m_byte(&g->src);
+    op->at = (a & 7) < 3;
+    op->delay = op->at ? offsets[a >> 5] : 0;
+}
+
 /* A target for a touch: mostly a live loop one-shot held (3 in 4, if
  * any), else as m_gen_target (with self allowed) or m_gen_held. */
 static int
@@ -1746,6 +1780,7 @@ m_gen_loop_action(m_gen *g, m_op *op)
     } else if (c < 30) {
         op->kind = MO_TOUCH;
         op->target = m_gen_touch_target(g, true);
+        m_gen_touch_at(g, op);
     } else if (c < 48) {
         op->kind = MO_DISPATCH;
         if (g->cur_loop >= 0 && (b & 8))
@@ -1874,6 +1909,7 @@ m_gen_loop_step(m_gen *g, m_step *st)
     } else if (c >= 86 && c < 118) {
         op->kind = MO_TOUCH;
         op->target = m_gen_touch_target(g, false);
+        m_gen_touch_at(g, op);
         if (op->target < 0)
             op->kind = MO_DISPATCH;
     } else if (c >= 126 && (m_byte(&g->src) & 1)) {
@@ -2339,6 +2375,9 @@ r_apply(m_rig *r, const m_op *op, const m_script *s, chime_task *self,
     case MO_REARM:
         return chime_task_rearm(t, op->delay);
     case MO_TOUCH:
+        if (op->at)
+            return chime_task_touch_at(
+                t, m_touch_time(chime_pool_now(r->pool), op->delay));
         return chime_task_touch(t);
     case MO_DISPATCH:
         return chime_loop_dispatch(r->loops[op->loop]);
