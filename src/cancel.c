@@ -131,9 +131,13 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
     struct chime_pool *p = t->pool;
     struct chime_task *garbage = NULL;
     if (l) {
+        size_t held = l->tasks;
         rc = chime__loop_rearm_locked(l, t, delay_ns, &garbage);
+        /* A re-arm may cancel (a shut-down pool's rules) and so drop the
+         * task even while a handle holds it (garbage stays empty). */
+        bool dropped = l->tasks != held;
         pthread_mutex_unlock(&l->mu);
-        if (garbage)
+        if (dropped)
             loop_dropped(p);
         chime__free_garbage(garbage);
         return rc;

@@ -327,11 +327,13 @@ chime_pool_remove(chime_pool *p, chime_task *t)
     if (l != NULL) {
         /* Its states move under its binding's lock only. */
         CHIME_LOCK_LOOP(&l->mu);
-        if (!chime__state_is_final(chime__task_state(t)) &&
-            (t->flags & CHIME_TF_INHEAP)) {
+        if (t->flags & CHIME_TF_INHEAP) {
+            /* Queued, or cancelled and retained (remove_on_cancel off):
+             * out now either way, as for a pool task. */
             chime__theap_remove(&l->timers, t);
-            chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED,
-                                        -ECANCELED);
+            if (!chime__state_is_final(chime__task_state(t)))
+                chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED,
+                                            -ECANCELED);
             chime__loop_drop_locked(l, t, &garbage);
             rc = 0;
         } else if (!chime__state_is_final(chime__task_state(t)) &&

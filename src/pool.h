@@ -290,6 +290,10 @@ int chime__timers_submit_locked(struct chime_loop *l, struct chime_task *t,
  * touched ones move on instead. Cancelled ones are dropped onto *garbage. */
 void chime__timers_due_locked(struct chime_loop *l, int64_t now,
                               struct chime_task **garbage);
+/* The deadline of a READY loop task: a post's is now; a timer's, the one
+ * it was found due at, or later if touched since. */
+int64_t chime__ready_deadline_locked(struct chime_loop *l,
+                                     struct chime_task *t, int64_t now);
 /* How many timers are due at now (not cancelled, not touched past it). */
 size_t chime__timers_due_count_locked(struct chime_loop *l, int64_t now);
 /* A due timer taken off the ring (deadline, timeout as the ring had them)

@@ -289,10 +289,19 @@ chime__ready_take_locked(struct chime_loop *l, bool periodic_only,
 {
     CHIME_ASSERT_HELD(&l->mu);
     size_t n = 0;
-    if (!periodic_only) {
-        /* Batched tasks that have not started: claim their slots. */
+    {
+        /* Batched tasks that have not started: claim their slots (only
+         * the periodic ones' if periodic_only: a slot the dispatch claims
+         * first between the look and the exchange yields NULL; the task
+         * looked at cannot be freed meanwhile, since a dispatch frees its
+         * nodes only under l->mu, which we hold). */
         for (uint32_t i = 0; i < l->batch_n; i++) {
-            struct chime_task *t = chime__slot_claim(&l->batch[i]);
+            struct chime_task *t =
+                atomic_load_explicit(&l->batch[i], memory_order_relaxed);
+            if (t == NULL || (periodic_only &&
+                              chime__task_kind(t) == CHIME_KIND_ONESHOT))
+                continue;
+            t = chime__slot_claim(&l->batch[i]);
             if (t == NULL)
                 continue;
             /* Unclaimed means not started: still BATCHED (a REARMING or

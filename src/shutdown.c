@@ -23,6 +23,7 @@
 struct shutdown_ctx {
     struct chime_pool *p;
     int64_t now;
+    struct chime_loop *l; /* the binding whose timers are filtered */
 };
 
 /* Java's onShutdown(): which queued tasks a shut-down pool drops. */
@@ -36,11 +37,25 @@ drop_at_shutdown(struct chime_task *t, int64_t deadline, void *arg)
                                   c->now);
 }
 
+/* The same for a binding's timer: its real deadline, touches included
+ * (the filter visits each slot before it moves, so the task's slot index
+ * is still right). */
+static int
+drop_timer_at_shutdown(struct chime_task *t, int64_t deadline, void *arg)
+{
+    struct shutdown_ctx *c = arg;
+    (void)deadline;
+    if (chime__state_is_final(chime__task_state(t)))
+        return 1;
+    return !chime__can_run_locked(
+        c->p, t, chime__timers_deadline_locked(c->l, t), c->now);
+}
+
 void
 chime__on_shutdown_locked(struct chime_pool *p, struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    struct shutdown_ctx c = {p, chime__pool_now(p)};
+    struct shutdown_ctx c = {p, chime__pool_now(p), NULL};
     struct chime_task *removed = NULL;
     chime__heap_filter(&p->heap, drop_at_shutdown, &c, &removed);
     chime__cancel_list_locked(p, removed, garbage);
@@ -52,7 +67,8 @@ chime__on_shutdown_locked(struct chime_pool *p, struct chime_task **garbage)
         struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
         CHIME_LOCK_LOOP(&l->mu);
         removed = NULL;
-        chime__timers_take_locked(l, drop_at_shutdown, &c, &removed);
+        c.l = l;
+        chime__timers_take_locked(l, drop_timer_at_shutdown, &c, &removed);
         chime__loop_cancel_list_locked(l, removed, garbage);
         if (!p->continue_periodic)
             chime__cancel_ready_locked(p, l, true, garbage);

@@ -146,7 +146,7 @@ chime_task_remaining(chime_task *t)
             st == CHIME_TASK_REARMING)
             d = t->run_deadline; /* or its re-arm target */
         else if (st == CHIME_TASK_READY)
-            d = l->ring[t->heap_index & (l->cap - 1)].deadline;
+            d = chime__ready_deadline_locked(l, t, now);
         else if ((t->flags & CHIME_TF_INHEAP) && l != NULL)
             d = chime__timers_deadline_locked(l, t);
         else if (t->flags & CHIME_TF_INHEAP)

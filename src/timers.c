@@ -568,3 +568,17 @@ chime__timers_touched_locked(struct chime_loop *l, struct chime_task *t,
     l->st.touch_requeues++;
     return true;
 }
+
+int64_t
+chime__ready_deadline_locked(struct chime_loop *l, struct chime_task *t,
+                             int64_t now)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    struct chime_ring_entry *e = &l->ring[t->heap_index & (l->cap - 1)];
+    if (e->timeout == 0)
+        return e->deadline < now ? e->deadline : now; /* a post: now */
+    /* A timer found due; touched since, it will wait on (the dispatch
+     * checks before it runs it). */
+    int64_t touched = chime__sat_add(activity(t), e->timeout);
+    return touched > e->deadline ? touched : e->deadline;
+}
