@@ -104,6 +104,10 @@ chime__loop_alloc_locked(struct chime_loop *l)
         l->cache = *chime__node_link(t);
         l->ncache--;
         chime__node_reused(t);
+        /* A bare node: whatever its last life left in the reference word
+         * (a POOLREF bit), a caller that gives it back unused must not
+         * hand a reference it never had to the binding's credit. */
+        atomic_store_explicit(&t->refs, 0, memory_order_relaxed);
     }
     return t;
 }
@@ -248,15 +252,16 @@ can_run(struct chime_pool *p, struct chime_task *t, int64_t deadline,
 /* Pushes t (not in the heap) at deadline. Returns 0 or -ENOMEM. */
 static int
 push_locked(struct chime_loop *l, struct chime_task *t, int64_t deadline,
-            int64_t now)
+            int64_t now, int64_t since)
 {
     t->seq = l->next_seq++;
     int rc = chime__theap_push(&l->timers, t, deadline);
     if (rc != 0)
         return rc;
     if (chime__task_kind(t) == CHIME_KIND_ONESHOT) {
-        /* Armed now for the rest: activity + timeout == deadline. */
-        int64_t arm = deadline < now ? deadline : now;
+        /* Armed at `since` (now, or when a running task was re-armed) for
+         * the rest: activity + timeout == deadline. */
+        int64_t arm = deadline < since ? deadline : since;
         slot_of(l, t)->timeout = deadline - arm;
         CHIME_HB_ATOMIC(&t->activity); /* touch: any thread, relaxed */
         atomic_store_explicit(&t->activity, arm, memory_order_relaxed);
@@ -272,7 +277,7 @@ chime__timers_submit_locked(struct chime_loop *l, struct chime_task *t,
                             int64_t deadline, int64_t now)
 {
     CHIME_ASSERT_HELD(&l->mu);
-    int rc = push_locked(l, t, deadline, now);
+    int rc = push_locked(l, t, deadline, now, now);
     if (rc == 0) {
         l->tasks++;
         l->pst.submitted++;
@@ -287,6 +292,12 @@ static void
 queue_again_locked(struct chime_loop *l, struct chime_task *t,
                    int64_t deadline, int64_t now, struct chime_task **garbage)
 {
+    /* A re-armed one-shot's timeout counts from its re-arm (recorded in
+     * `activity` then), not from the end of its run. */
+    int64_t since = (t->flags & CHIME_TF_REARM) &&
+                            chime__task_kind(t) == CHIME_KIND_ONESHOT
+                        ? activity(t)
+                        : now;
     t->flags &= (uint8_t)~CHIME_TF_REARM;
     chime__task_set_state(t, CHIME_TASK_PENDING);
     if (l->closed || !can_run(l->pool, t, deadline, now)) {
@@ -294,7 +305,7 @@ queue_again_locked(struct chime_loop *l, struct chime_task *t,
         chime__loop_drop_locked(l, t, garbage);
         return;
     }
-    if (push_locked(l, t, deadline, now) != 0) {
+    if (push_locked(l, t, deadline, now, since) != 0) {
         chime__loop_complete_locked(l, t, CHIME_TASK_FAILED, -ENOMEM);
         chime__loop_drop_locked(l, t, garbage);
     }
@@ -456,11 +467,14 @@ chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
     int st = chime__task_state(t);
     int64_t now = chime__pool_now(l->pool);
     int64_t d = chime__deadline_after(now, delay_ns);
-    if (st == CHIME_TASK_RUNNING) {
+    bool oneshot = chime__task_kind(t) == CHIME_KIND_ONESHOT;
+    if (st == CHIME_TASK_RUNNING || st == CHIME_TASK_REARMING) {
+        /* Requeued by the dispatch that holds it, when its run returns or
+         * instead of running; its timeout counts from now. */
         t->flags |= CHIME_TF_REARM;
         t->run_deadline = d;
-    } else if (st == CHIME_TASK_REARMING) {
-        t->run_deadline = d; /* the dispatch that holds it requeues it */
+        if (oneshot)
+            atomic_store_explicit(&t->activity, now, memory_order_relaxed);
     } else if (st == CHIME_TASK_BATCHED &&
                !((rc = chime__theap_reserve(&l->timers)) == 0 &&
                  chime__ready_unbatch_locked(l, t))) {
@@ -470,6 +484,9 @@ chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
              * re-arm of a running task, which the same flag expresses). */
             t->flags |= CHIME_TF_REARM;
             t->run_deadline = d;
+            if (oneshot)
+                atomic_store_explicit(&t->activity, now,
+                                      memory_order_relaxed);
             int8_t exp = CHIME_TASK_BATCHED;
             chime__task_cas_state(t, &exp, CHIME_TASK_REARMING);
         }

@@ -302,7 +302,8 @@ static const char *m_dev_name[M_DEV_COUNT] = {
  * chime.h there. */
 #define M_FIXED                                                                \
     ((1u << M_DEV_BATCHED_PERIODIC) | (1u << M_DEV_SHUTDOWN_KEY) |            \
-     (1u << M_DEV_REMOVE_GHOST) | (1u << M_DEV_REARM_TERM))
+     (1u << M_DEV_REMOVE_GHOST) | (1u << M_DEV_REARM_TERM) |                 \
+     (1u << M_DEV_REARM_TIMEOUT))
 
 static unsigned
 m_strict_from_env(void)

@@ -470,7 +470,9 @@ CHIME_EXPORT int chime_task_rearm(chime_task *task, int64_t delay_ns);
  * store; use it for the per-request reset of an idle timeout. Use
  * chime_task_rearm() to change the timeout or to move a deadline earlier
  * (it takes the binding's lock). A touch that races with the expiry itself
- * may come too late for it, as with any timer.
+ * may come too late for it, as with any timer; so may a touch from a
+ * callback of the dispatch that already took the timer to run (a round of
+ * up to 32 callbacks): use chime_task_rearm() there, which always wins.
  * Returns: 0, -EALREADY (completed), -EINVAL (NULL or a periodic task),
  * -ENOTSUP (a pool task: touch is for loop tasks), -ECHILD (after fork).
  * Thread-safety: any thread. */
@@ -663,8 +665,9 @@ typedef struct chime_loop_stats {
     size_t timers;           /* loop tasks waiting for their deadline */
     uint64_t timer_arms;     /* timerfd settings (earliest deadline moved
                                 earlier, or re-armed after firing) */
-    uint64_t touch_requeues; /* expiries that found activity since their
-                                arming and moved on (chime_task_touch) */
+    uint64_t touch_requeues; /* expiries that moved on instead of running:
+                                activity since their arming (touch), or a
+                                queued one-shot re-armed to later */
 } chime_loop_stats;
 
 /* Snapshot of the binding's counters. Returns 0 or -EINVAL.
