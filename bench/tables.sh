@@ -271,8 +271,8 @@ END {
     goal("W7", sprintf("touch (K=1) / libevent common-timeout re-add (W2, L=%s) = %s", msize["w2"], num(r, "%.2f")), r, ">= 5", r >= 5)
     r = ratio(t, med("w7", 1, "libevent-common", "ops_per_s"))
     goal("W7", sprintf("touch (K=1) / libevent common-timeout re-add (W7, same L) = %s", num(r, "%.2f")), r, ">= 5", r >= 5)
-    # touch_at with the clock read once per 32 operations, as libevent's
-    # event_add in a callback uses the loop's cached time.
+    # touch_at with the clock read once per 32 operations, as the event_add
+    # of libevent in a callback uses the cached time of its loop.
     t = med("w7", 1, "chime-touch-at", "ops_per_s")
     r = ratio(t, lc)
     goal("W7", sprintf("touch_at (K=1) / libevent common-timeout re-add (W2, L=%s) = %s", msize["w2"], num(r, "%.2f")), r, ">= 5", r >= 5)
