@@ -83,18 +83,6 @@ lock_live(struct chime_task *t, struct chime_loop **l)
     return 0;
 }
 
-/* After a loop-side drop: a shut-down pool may terminate now (asked with
- * no binding lock held: the pool's lock comes first). */
-static void
-loop_dropped(struct chime_pool *p)
-{
-    if (atomic_load(&p->accepting))
-        return;
-    CHIME_LOCK_POOL(&p->mu);
-    chime__try_terminate_locked(p);
-    pthread_mutex_unlock(&p->mu);
-}
-
 int
 chime_task_cancel(chime_task *t, unsigned flags)
 {
@@ -109,7 +97,7 @@ chime_task_cancel(chime_task *t, unsigned flags)
     if (l) {
         rc = chime__loop_cancel_locked(l, t, flags, false, &garbage);
         pthread_mutex_unlock(&l->mu);
-        loop_dropped(p);
+        chime__loop_dropped(p);
     } else {
         rc = chime__cancel_locked(p, t, flags, false, &garbage);
         chime__try_terminate_locked(p);
@@ -138,7 +126,7 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
         bool dropped = l->tasks != held;
         pthread_mutex_unlock(&l->mu);
         if (dropped)
-            loop_dropped(p);
+            chime__loop_dropped(p);
         chime__free_garbage(garbage);
         return rc;
     }

@@ -289,6 +289,16 @@ chime__try_terminate_locked(struct chime_pool *p)
 }
 
 void
+chime__loop_dropped(struct chime_pool *p)
+{
+    if (atomic_load(&p->accepting))
+        return;
+    CHIME_LOCK_POOL(&p->mu);
+    chime__try_terminate_locked(p);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void
 chime__cancel_list_locked(struct chime_pool *p, struct chime_task *list,
                           struct chime_task **garbage)
 {

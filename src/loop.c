@@ -218,18 +218,6 @@ settle_unlocked(struct chime_task *t, int rc, struct chime_task **freed)
     return true;
 }
 
-/* After loop-side drops: a shut-down pool may terminate now (asked with
- * no binding lock held: the pool's lock comes first). */
-static void
-after_drops(struct chime_pool *p)
-{
-    if (atomic_load(&p->accepting))
-        return;
-    CHIME_LOCK_POOL(&p->mu);
-    chime__try_terminate_locked(p);
-    pthread_mutex_unlock(&p->mu);
-}
-
 int
 chime_loop_dispatch(chime_loop *l)
 {
@@ -350,7 +338,7 @@ chime_loop_dispatch(chime_loop *l)
     pthread_mutex_unlock(&l->mu);
     chime__free_garbage(garbage);
     if (dropped != 0)
-        after_drops(p);
+        chime__loop_dropped(p);
     return n;
 }
 

@@ -341,11 +341,8 @@ chime_pool_remove(chime_pool *p, chime_task *t)
             rc = chime__loop_cancel_locked(l, t, 0, true, &garbage);
         }
         pthread_mutex_unlock(&l->mu);
-        if (rc == 0 && !atomic_load(&p->accepting)) {
-            CHIME_LOCK_POOL(&p->mu);
-            chime__try_terminate_locked(p);
-            pthread_mutex_unlock(&p->mu);
-        }
+        if (rc == 0)
+            chime__loop_dropped(p);
         chime__free_garbage(garbage);
         return rc;
     }

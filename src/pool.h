@@ -266,6 +266,10 @@ void chime__compact_locked(struct chime_pool *p, struct chime_task **garbage);
 /* Completes termination if it is due. May release and re-take mu (to run
  * the terminated hook). */
 void chime__try_terminate_locked(struct chime_pool *p);
+/* After a binding let go of tasks (no binding lock held: the pool's lock
+ * comes first): a shut-down pool may terminate now. Takes pool->mu only
+ * if the pool is shut down (docs/model/terminate.pml). */
+void chime__loop_dropped(struct chime_pool *p);
 void chime__pool_ref(struct chime_pool *p);
 void chime__pool_unref(struct chime_pool *p);
 
