@@ -277,13 +277,14 @@ chime_pool_clock_changed(chime_pool *p)
     chime__new_head_locked(p);
     /* Bindings have no timerfd with a custom clock: each dispatch looks
      * at its timers against the new time. */
+    int64_t now = chime__pool_now(p);
     struct chime_list *n;
     chime__list_for_each(n, &p->loops)
     {
         struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
         CHIME_LOCK_LOOP(&l->mu);
-        if (chime__theap_peek_deadline(&l->timers) <= chime__pool_now(p) &&
-            chime__timers_due_count_locked(l, chime__pool_now(p)) != 0)
+        if (chime__theap_peek_deadline(&l->timers) <= now &&
+            chime__timers_due_count_locked(l, now) != 0)
             chime__ready_signal_locked(l);
         pthread_mutex_unlock(&l->mu);
     }
