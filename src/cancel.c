@@ -28,31 +28,41 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
 {
     CHIME_ASSERT_HELD(&p->mu);
     CHIME_ASSERT(t->loop_id == 0); /* loop tasks: chime__loop_cancel_locked */
-    int st = chime__task_state(t);
-    if (st == CHIME_TASK_RUNNING) {
-        if (queued_only)
+    /* A task claimed from the due ring moves without the lock (BATCHED ->
+     * RUNNING -> DONE, worker.c): decide on the state a CAS takes it from. */
+    int8_t st = (int8_t)chime__task_state(t);
+    for (;;) {
+        if (chime__state_is_final(st))
+            return -EALREADY; /* its worker completed it first */
+        bool running = st == CHIME_TASK_RUNNING || st == CHIME_TASK_RUN_REARMED;
+        if (running && queued_only)
             return -ENOENT;
+        if (chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED))
+            break;
+    }
+    chime__completed_locked(p, t, CHIME_TASK_CANCELLED);
+    if (st == CHIME_TASK_RUNNING || st == CHIME_TASK_RUN_REARMED) {
         /* The callback finishes its current run; whoever runs it sees the
          * final state afterwards, discards the result and drops the task. */
         if (flags & CHIME_CANCEL_INTERRUPT)
             chime__task_interrupt(t);
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-    } else {
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        if (p->remove_on_cancel && (t->flags & CHIME_TF_INHEAP)) {
-            /* Out of the queue for everyone at once (pending, contains,
-             * capacity); the slot is reclaimed lazily: at the head, or by
-             * a compaction once half the heap is such tasks, which makes
-             * cancel O(1) amortized instead of a sift through the heap. */
-            t->flags |= CHIME_TF_LAZY;
-            if (++p->heap.lazy >= 64 && p->heap.lazy * 2 > p->heap.len)
-                chime__compact_locked(p, garbage);
-        }
-        /* Otherwise retained (remove_on_cancel off, Java's behaviour):
-         * dropped when it reaches the head at its deadline, or by purge;
-         * in a shut-down pool try_terminate wakes a worker to drop a
-         * retained head at once. */
+    } else if (st == CHIME_TASK_BATCHED || st == CHIME_TASK_REARMING) {
+        /* In the due ring (or claimed, about to go back to the heap):
+         * whoever claims it drops it. */
+        atomic_fetch_sub(&p->due_live, 1);
+    } else if (p->remove_on_cancel && (t->flags & CHIME_TF_INHEAP)) {
+        /* Out of the queue for everyone at once (pending, contains,
+         * capacity); the slot is reclaimed lazily: at the head, or by
+         * a compaction once half the heap is such tasks, which makes
+         * cancel O(1) amortized instead of a sift through the heap. */
+        t->flags |= CHIME_TF_LAZY;
+        if (++p->heap.lazy >= 64 && p->heap.lazy * 2 > p->heap.len)
+            chime__compact_locked(p, garbage);
     }
+    /* Otherwise retained (remove_on_cancel off, Java's behaviour):
+     * dropped when it reaches the head at its deadline, or by purge;
+     * in a shut-down pool try_terminate wakes a worker to drop a
+     * retained head at once. */
     return 0;
 }
 
@@ -130,12 +140,36 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
         chime__free_garbage(garbage);
         return rc;
     }
-    int st = chime__task_state(t);
     int64_t d = chime__deadline_after(chime__pool_now(p), delay_ns);
-    if (st == CHIME_TASK_RUNNING) {
-        t->flags |= CHIME_TF_REARM;
-        t->run_deadline = d;
-    } else {
+    int8_t st = (int8_t)chime__task_state(t);
+    for (;;) {
+        if (chime__state_is_final(st)) {
+            rc = -EALREADY; /* its worker completed it first */
+            break;
+        }
+        if (st == CHIME_TASK_RUNNING || st == CHIME_TASK_RUN_REARMED) {
+            /* Runs again at d after this run. Its worker sees the new
+             * state and settles it under the lock. */
+            chime__set_rearm_target(t, d);
+            t->flags |= CHIME_TF_REARM;
+            if (st == CHIME_TASK_RUN_REARMED ||
+                chime__task_cas_state(t, &st, CHIME_TASK_RUN_REARMED))
+                break;
+            continue; /* completed meanwhile */
+        }
+        if (st == CHIME_TASK_BATCHED || st == CHIME_TASK_REARMING) {
+            /* In the due ring: whoever claims it puts it back in the
+             * heap at d instead of running it. A periodic task's run
+             * deadline only moves under the lock: restored if its worker
+             * claimed it first. */
+            int64_t old = chime__rearm_target(t);
+            chime__set_rearm_target(t, d);
+            if (st == CHIME_TASK_REARMING ||
+                chime__task_cas_state(t, &st, CHIME_TASK_REARMING))
+                break;
+            chime__set_rearm_target(t, old);
+            continue;
+        }
         CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
         /* A fresh sequence number: the re-armed task queues behind tasks
          * already due at the same instant, as a new submission would. */
@@ -156,6 +190,7 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
             if (t->heap_index == 0)
                 chime__new_head_locked(p);
         }
+        break;
     }
     pthread_mutex_unlock(&p->mu);
     return rc;

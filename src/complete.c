@@ -83,19 +83,32 @@ chime__task_init(struct chime_task *t, struct chime_pool *pool,
                                   credit, timers.c) */
 }
 
-void
+bool
 chime__complete_locked(struct chime_pool *p, struct chime_task *t, int state,
                        int err)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    CHIME_ASSERT(!chime__state_is_final(chime__task_state(t)));
-    /* The error shares storage with the queue index: a cancelled task may
-     * still sit in the heap (remove_on_cancel off), and its error is
-     * implied anyway. */
-    if (state == CHIME_TASK_FAILED || state == CHIME_TASK_REJECTED)
-        t->error = err;
-    chime__task_set_state(t, state);
+    if (state == CHIME_TASK_CANCELLED) {
+        /* A task claimed from the due ring moves without the lock (to
+         * RUNNING, then DONE: worker.c): cancel by CAS from whatever it
+         * is now; false when its worker completed it first. */
+        int8_t cur = (int8_t)chime__task_state(t);
+        do {
+            if (chime__state_is_final(cur))
+                return false;
+        } while (!chime__task_cas_state(t, &cur, state));
+    } else {
+        /* FAILED and REJECTED are set by the task's only owner. */
+        CHIME_ASSERT(!chime__state_is_final(chime__task_state(t)));
+        /* The error shares storage with the queue index: a cancelled task
+         * may still sit in the heap (remove_on_cancel off), and its error
+         * is implied anyway. */
+        if (state == CHIME_TASK_FAILED || state == CHIME_TASK_REJECTED)
+            t->error = err;
+        chime__task_set_state(t, state);
+    }
     chime__completed_locked(p, t, state);
+    return true;
 }
 
 void
@@ -116,7 +129,7 @@ chime__completed_locked(struct chime_pool *p, struct chime_task *t, int state)
     default:
         break;
     }
-    if (p->waiters)
+    if (atomic_load(&p->waiters))
         pthread_cond_broadcast(&p->done_cv);
 }
 
@@ -226,6 +239,9 @@ void
 chime__new_head_locked(struct chime_pool *p)
 {
     CHIME_ASSERT_HELD(&p->mu);
+    if (atomic_load_explicit(&p->due_tail, memory_order_relaxed) !=
+        atomic_load_explicit(&p->due_head, memory_order_relaxed))
+        atomic_store_explicit(&p->due_stale, true, memory_order_relaxed);
     if (p->leader)
         pthread_cond_signal(&p->leader_cv);
     else
@@ -247,6 +263,9 @@ chime__try_terminate_locked(struct chime_pool *p)
             chime__new_head_locked(p);
         return;
     }
+    /* Due tasks not yet run: their workers are still here. */
+    if (atomic_load(&p->due_live) != 0)
+        return;
     if (atomic_load_explicit(&p->loop_tasks, memory_order_seq_cst) != 0)
         return;
     CHIME_HB_AFTER(&p->loop_tasks);

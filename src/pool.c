@@ -107,6 +107,15 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     CHIME_HB_ATOMIC(&p->execute_delayed);
     CHIME_HB_ATOMIC(&p->continue_periodic);
     CHIME_HB_ATOMIC(&p->remove_on_cancel);
+    /* The due ring and what workers read and write without the lock
+     * (worker.c). */
+    CHIME_HB_ATOMIC(&p->due);
+    CHIME_HB_ATOMIC(&p->due_head);
+    CHIME_HB_ATOMIC(&p->due_tail);
+    CHIME_HB_ATOMIC(&p->due_live);
+    CHIME_HB_ATOMIC(&p->due_now);
+    CHIME_HB_ATOMIC(&p->due_stale);
+    CHIME_HB_ATOMIC(&p->waiters);
     atomic_init(&p->refs, 1);
     atomic_init(&p->accepting, true);
     p->fork_gen = atomic_load(&chime__fork_gen);
@@ -308,9 +317,9 @@ queued_locked(struct chime_task *t)
     if ((t->flags & (CHIME_TF_INHEAP | CHIME_TF_LAZY)) == CHIME_TF_INHEAP)
         return true;
     int st = chime__task_state(t);
-    return t->loop_id != 0 &&
-           (st == CHIME_TASK_READY || st == CHIME_TASK_BATCHED ||
-            st == CHIME_TASK_REARMING);
+    /* A pool task in the due ring (BATCHED, or REARMING there) too. */
+    return st == CHIME_TASK_BATCHED || st == CHIME_TASK_REARMING ||
+           (t->loop_id != 0 && st == CHIME_TASK_READY);
 }
 
 int
@@ -348,7 +357,14 @@ chime_pool_remove(chime_pool *p, chime_task *t)
         return rc;
     }
     CHIME_LOCK_POOL(&p->mu);
-    if (queued_locked(t)) {
+    if (!(t->flags & CHIME_TF_INHEAP)) {
+        /* In the due ring: taken away by a CAS, as a cancel would. */
+        if (queued_locked(t) &&
+            chime__cancel_locked(p, t, 0, true, &garbage) == 0) {
+            chime__try_terminate_locked(p);
+            rc = 0;
+        }
+    } else if (queued_locked(t)) {
         chime__heap_remove(&p->heap, t);
         if (!chime__state_is_final(chime__task_state(t)))
             chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
@@ -393,6 +409,8 @@ chime_pool_purge(chime_pool *p)
         return -ECHILD;
     struct chime_task *removed = NULL, *garbage = NULL;
     CHIME_LOCK_POOL(&p->mu);
+    /* Cancelled tasks in the due ring go too: back to the heap first. */
+    chime__due_return_locked(p, &garbage);
     uint32_t lazy = p->heap.lazy;
     uint32_t n = chime__heap_filter(&p->heap, is_cancelled, NULL, &removed);
     n -= lazy - p->heap.lazy; /* those were out of the queue already */
@@ -424,8 +442,25 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
         return -ECHILD;
     CHIME_LOCK_POOL(&p->mu);
     *out = p->st;
-    out->pending = p->heap.len - p->heap.lazy;
+    out->pending = p->heap.len - p->heap.lazy + atomic_load(&p->due_live);
     out->threads_alive = p->nlive;
+    /* Runs of workers: their own counters (worker.c). */
+    out->completed += p->ran_exited;
+    if (p->late_exited > out->max_lateness_ns)
+        out->max_lateness_ns = p->late_exited;
+    struct chime_list *wn;
+    chime__list_for_each(wn, &p->workers)
+    {
+        struct chime_worker *w =
+            chime__container_of(wn, struct chime_worker, link);
+        out->completed += atomic_load_explicit(&w->ran, memory_order_relaxed);
+        out->running +=
+            atomic_load_explicit(&w->running, memory_order_relaxed);
+        int64_t late =
+            atomic_load_explicit(&w->max_lateness, memory_order_relaxed);
+        if (late > out->max_lateness_ns)
+            out->max_lateness_ns = late;
+    }
     struct chime_list *lists[] = {&p->loops, &p->closed_loops}, *n;
     for (size_t i = 0; i < 2; i++) {
         chime__list_for_each(n, lists[i])

@@ -35,12 +35,42 @@ enum {
     CHIME_POOL_TERMINATED,
 };
 
+/* Tasks a worker's claimed work leaves for its next turn under the
+ * pool's lock (worker.c): settled to drop, or to settle there. */
+#define CHIME_WORKER_LATER 64u
+
 struct chime_worker {
     struct chime_pool *pool;
-    struct chime_task *current; /* pool mutex: task being run, or NULL */
+    /* The task being run, or NULL: written by the worker without the lock,
+     * read by shutdown_now under it (the task stays valid while the lock
+     * is held: its pool reference is only dropped under the lock). */
+    _Atomic(struct chime_task *) current;
     struct chime_list link;     /* pool mutex: pool->workers */
     struct chime_task *garbage; /* worker-private: tasks to free unlocked */
+    /* Worker-private: tasks claimed from the due ring whose pool
+     * reference is dropped (done) or which are settled (slow) at the
+     * worker's next turn under the lock. */
+    struct chime_task *done[CHIME_WORKER_LATER];
+    unsigned ndone;
+    struct chime_task *slow;
+    bool slow_requeue; /* slow was re-armed in the ring: requeue it */
+    int slow_rc;
+    void *slow_result;
+    /* Counters written by the worker alone, summed by get_stats. */
+    _Atomic uint64_t ran;          /* runs finished */
+    _Atomic unsigned running;      /* 1 inside a callback */
+    _Atomic int64_t max_lateness;
     unsigned index;
+};
+
+/* The due ring: tasks taken off the heap because they are due (BATCHED),
+ * filled by a worker under the pool's lock and claimed by any worker
+ * without it (worker.c; docs/model/due.pml). */
+#define CHIME_DUE_CAP 64u
+struct chime_due_entry {
+    _Atomic(struct chime_task *) task;
+    _Atomic int64_t deadline;
+    _Atomic uint32_t seq; /* its heap key, to go back there in order */
 };
 
 struct chime_pool {
@@ -53,6 +83,22 @@ struct chime_pool {
     /* Everything below is guarded by mu unless marked otherwise. */
     chime_heap heap;
     uint32_t next_seq;  /* wraps; compared with wrap-around */
+    /* The due ring (see struct chime_due_entry): positions wrap freely;
+     * head moves by CAS (claims), tail under mu (fills). */
+    struct chime_due_entry due[CHIME_DUE_CAP];
+    char due_pad_[64]; /* claimers' line apart from the pool's fields */
+    _Atomic uint64_t due_head;
+    _Atomic uint64_t due_tail;
+    /* Tasks in the ring that are BATCHED or REARMING: pending ones. */
+    _Atomic size_t due_live;
+    _Atomic int64_t due_now; /* the clock when the ring was last filled */
+    /* Set under mu when the heap got a head that may come before the
+     * ring's entries (a periodic task catching up, a negative delay):
+     * claimers stop, and the next turn puts the ring back in the heap so
+     * that the order by (deadline, seq) holds as with one queue. */
+    _Atomic bool due_stale;
+    uint64_t ran_exited;     /* mu: runs of workers that exited */
+    int64_t late_exited;     /* mu: their largest lateness */
     /* Written under mu; atomic so that the loop side (timers.c), which
      * never takes mu, reads it too. */
     _Atomic int run_state;
@@ -73,7 +119,9 @@ struct chime_pool {
                            their stop hook */
     unsigned nlive;     /* worker threads running worker_main now */
     unsigned next_index;
-    unsigned waiters;   /* threads in chime_task_wait/chime_task_sleep */
+    /* Threads in chime_task_wait/chime_task_sleep: changed under mu, read
+     * without it by a worker's lock-free completion (seq_cst both ways). */
+    _Atomic unsigned waiters;
     bool have_last;     /* last_exited holds a thread to join */
     pthread_t last_exited;
     bool destroyed;
@@ -139,6 +187,28 @@ chime__undefer_locked(chime_heap *h, struct chime_task *t)
     t->flags &= (uint8_t)~CHIME_TF_DEFER;
     chime__heap_update(h, t, t->defer_deadline);
     return true;
+}
+
+/* A pool task claimed by a worker (BATCHED, REARMING, RUNNING,
+ * RUN_REARMED) keeps the deadline of its run there, replaced by its re-arm
+ * target when re-armed: a one-shot's in defer_deadline, since its worker
+ * writes the result (which shares run_deadline's storage) without the
+ * lock; a periodic task's in run_deadline, which only the lock's holder
+ * touches. */
+static inline int64_t
+chime__rearm_target(const struct chime_task *t)
+{
+    return chime__task_kind(t) == CHIME_KIND_ONESHOT ? t->defer_deadline
+                                                     : t->run_deadline;
+}
+
+static inline void
+chime__set_rearm_target(struct chime_task *t, int64_t d)
+{
+    if (chime__task_kind(t) == CHIME_KIND_ONESHOT)
+        t->defer_deadline = d;
+    else
+        t->run_deadline = d;
 }
 
 /* After a run that returned 0 and did not complete the task: when does it
@@ -234,8 +304,10 @@ void chime__task_init(struct chime_task *t, struct chime_pool *pool,
                       chime_task_fn fn, void *arg, int kind, int64_t period,
                       int with_handle);
 
-/* Completes t with a final state (lock held) and does its bookkeeping. */
-void chime__complete_locked(struct chime_pool *p, struct chime_task *t,
+/* Completes t with a final state (lock held) and does its bookkeeping.
+ * Returns false (nothing done) when cancelling a task that completed
+ * meanwhile (a worker's lock-free completion). */
+bool chime__complete_locked(struct chime_pool *p, struct chime_task *t,
                             int state, int err);
 /* The bookkeeping of completion (counters, waking waiters) for a task whose
  * final state was already set (by a CAS). */
@@ -348,6 +420,17 @@ int chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
 /* May this queued task still run in the current run state? */
 bool chime__can_run_locked(struct chime_pool *p, struct chime_task *t,
                            int64_t deadline, int64_t now);
+/* Takes every unclaimed entry of the due ring (shutdown_now) onto *list
+ * through task->next, with the pool's reference on each; returns how many
+ * (final ones included: cancelled there, not yet dropped). */
+size_t chime__due_grab_locked(struct chime_pool *p, struct chime_task **list);
+/* Puts the due ring's unclaimed tasks back in the heap, keys kept (purge,
+ * or a head that must come first). */
+void chime__due_return_locked(struct chime_pool *p,
+                              struct chime_task **garbage);
+/* Shutdown's rule for the due ring: periodic tasks there are cancelled
+ * unless continue_periodic (their claimers drop them). */
+void chime__due_shutdown_locked(struct chime_pool *p);
 /* Reserves a worker slot if the pool needs a thread to serve its heap
  * (lock held); returns 1 if the caller must call chime__spawn() unlocked. */
 int chime__need_worker_locked(struct chime_pool *p);

@@ -59,6 +59,8 @@ chime__on_shutdown_locked(struct chime_pool *p, struct chime_task **garbage)
     struct chime_task *removed = NULL;
     chime__heap_filter(&p->heap, drop_at_shutdown, &c, &removed);
     chime__cancel_list_locked(p, removed, garbage);
+    /* Due tasks in the ring: only the periodic rule applies. */
+    chime__due_shutdown_locked(p);
     /* Each binding's timers by the same rule; its ready tasks are due, so
      * only the periodic rule applies to them. */
     struct chime_list *n;
@@ -169,6 +171,8 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
         p->run_state = CHIME_POOL_STOP;
     atomic_store(&p->accepting, false);
     chime__heap_filter(&p->heap, drop_all, NULL, &removed);
+    /* Due tasks that no worker claimed yet never start either. */
+    chime__due_grab_locked(p, &removed);
     n += hand_back_locked(p, NULL, removed, tasks != NULL, &never_ran,
                           &garbage);
     struct chime_list *ln;
@@ -195,10 +199,13 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
     {
         struct chime_worker *w =
             chime__container_of(wn, struct chime_worker, link);
-        if (w->current)
-            chime__task_interrupt(w->current);
+        /* Valid while the lock is held: its worker drops the pool's
+         * reference under the lock only. */
+        struct chime_task *cur = atomic_load(&w->current);
+        if (cur)
+            chime__task_interrupt(cur);
     }
-    if (p->waiters)
+    if (atomic_load(&p->waiters))
         pthread_cond_broadcast(&p->done_cv);
     pthread_cond_broadcast(&p->follower_cv);
     pthread_cond_broadcast(&p->leader_cv);

@@ -71,6 +71,8 @@ chime_task_get_state(chime_task *t)
     if (t == NULL)
         return CHIME_TASK_REJECTED;
     int st = chime__task_state(t);
+    if (st == CHIME_TASK_RUN_REARMED)
+        return CHIME_TASK_RUNNING;
     return st < 0 ? CHIME_TASK_PENDING : (chime_task_state)st;
 }
 
@@ -142,8 +144,12 @@ chime_task_remaining(chime_task *t)
     if (!chime__state_is_final(st)) {
         int64_t d;
         int64_t now = chime__pool_now(p);
-        if (st == CHIME_TASK_RUNNING || st == CHIME_TASK_BATCHED ||
-            st == CHIME_TASK_REARMING)
+        if (l == NULL &&
+            (st == CHIME_TASK_RUNNING || st == CHIME_TASK_BATCHED ||
+             st == CHIME_TASK_REARMING || st == CHIME_TASK_RUN_REARMED))
+            d = chime__rearm_target(t); /* its run's, or its re-arm's */
+        else if (st == CHIME_TASK_RUNNING || st == CHIME_TASK_BATCHED ||
+                 st == CHIME_TASK_REARMING)
             d = t->run_deadline; /* or its re-arm target */
         else if (st == CHIME_TASK_READY)
             d = chime__ready_deadline_locked(l, t, now);
@@ -163,21 +169,46 @@ chime_task_remaining(chime_task *t)
 }
 
 /* Where completion of t is waited for: its binding's lock and condition
- * (a loop task completes under its binding's lock only) or its pool's. */
+ * (a loop task completes under its binding's lock only) or its pool's
+ * (whose count of waiters a worker's lock-free completion reads). */
+struct wait_place {
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+    unsigned *loop_waiters;
+    _Atomic unsigned *pool_waiters;
+};
+
 static void
-wait_place(struct chime_task *t, pthread_mutex_t **mu, pthread_cond_t **cv,
-           unsigned **waiters)
+wait_place(struct chime_task *t, struct wait_place *w)
 {
     struct chime_loop *l = chime__task_loop(t);
     if (l) {
-        *mu = &l->mu;
-        *cv = &l->done_cv;
-        *waiters = &l->waiters;
+        w->mu = &l->mu;
+        w->cv = &l->done_cv;
+        w->loop_waiters = &l->waiters;
+        w->pool_waiters = NULL;
     } else {
-        *mu = &t->pool->mu;
-        *cv = &t->pool->done_cv;
-        *waiters = &t->pool->waiters;
+        w->mu = &t->pool->mu;
+        w->cv = &t->pool->done_cv;
+        w->loop_waiters = NULL;
+        w->pool_waiters = &t->pool->waiters;
     }
+}
+
+/* One more (or one fewer) waiter, its lock held. The pool's count is
+ * seq_cst: the waiter then reads the task's state, a worker publishes the
+ * state and then reads the count (worker.c): one of them sees the other. */
+static void
+wait_count(struct wait_place *w, int d)
+{
+    if (w->loop_waiters)
+        *w->loop_waiters += (unsigned)d;
+    else if (d > 0) {
+        atomic_fetch_add(w->pool_waiters, 1);
+        atomic_thread_fence(memory_order_seq_cst);
+    }
+    else
+        atomic_fetch_sub(w->pool_waiters, 1);
 }
 
 static int
@@ -218,22 +249,20 @@ chime_task_wait(chime_task *t, int64_t timeout_ns, void **result)
                       ? chime__sat_add(chime__monotonic_ns(), timeout_ns)
                       : INT64_MAX;
     struct timespec ts = chime__abs_timespec(end);
-    pthread_mutex_t *mu;
-    pthread_cond_t *cv;
-    unsigned *waiters;
-    wait_place(t, &mu, &cv, &waiters);
-    CHIME_LOCK_EITHER(mu, chime__task_loop(t) != NULL);
-    (*waiters)++;
+    struct wait_place w;
+    wait_place(t, &w);
+    CHIME_LOCK_EITHER(w.mu, w.loop_waiters != NULL);
+    wait_count(&w, 1);
     while (!chime__state_is_final(st = chime__task_state(t))) {
         if (timeout_ns < 0) {
-            pthread_cond_wait(cv, mu);
-        } else if (pthread_cond_timedwait(cv, mu, &ts) == ETIMEDOUT) {
+            pthread_cond_wait(w.cv, w.mu);
+        } else if (pthread_cond_timedwait(w.cv, w.mu, &ts) == ETIMEDOUT) {
             st = chime__task_state(t);
             break;
         }
     }
-    (*waiters)--;
-    pthread_mutex_unlock(mu);
+    wait_count(&w, -1);
+    pthread_mutex_unlock(w.mu);
     if (!chime__state_is_final(st))
         return -ETIMEDOUT;
     return outcome(t, st, result);
@@ -250,27 +279,25 @@ chime_task_sleep(chime_task *t, int64_t ns)
     struct timespec ts =
         chime__abs_timespec(chime__sat_add(chime__monotonic_ns(), ns));
     int rc = 0;
-    pthread_mutex_t *mu;
-    pthread_cond_t *cv;
-    unsigned *waiters;
-    wait_place(t, &mu, &cv, &waiters);
-    CHIME_LOCK_EITHER(mu, chime__task_loop(t) != NULL);
-    (*waiters)++;
+    struct wait_place w;
+    wait_place(t, &w);
+    CHIME_LOCK_EITHER(w.mu, w.loop_waiters != NULL);
+    wait_count(&w, 1);
     for (;;) {
         if (chime__task_interrupted(t) ||
             chime__task_state(t) == CHIME_TASK_CANCELLED) {
             rc = -EINTR;
             break;
         }
-        if (ns <= 0 || pthread_cond_timedwait(cv, mu, &ts) == ETIMEDOUT) {
+        if (ns <= 0 || pthread_cond_timedwait(w.cv, w.mu, &ts) == ETIMEDOUT) {
             if (chime__task_interrupted(t) ||
                 chime__task_state(t) == CHIME_TASK_CANCELLED)
                 rc = -EINTR;
             break;
         }
     }
-    (*waiters)--;
-    pthread_mutex_unlock(mu);
+    wait_count(&w, -1);
+    pthread_mutex_unlock(w.mu);
     return rc;
 }
 

@@ -34,11 +34,16 @@ enum {
  * - READY: due and waiting in its binding's ready ring;
  * - BATCHED: taken from the ring by a running dispatch, not started yet
  *   (in loop->batch; run_deadline holds the deadline it was due at);
- * - REARMING: was BATCHED and got re-armed; the dispatch that holds it puts
- *   it back in the heap instead of running it. */
+ * - REARMING: was BATCHED and got re-armed; the dispatch (or the worker)
+ *   that claims it puts it back in the heap instead of running it. */
 #define CHIME_TASK_READY (-1)
 #define CHIME_TASK_BATCHED (-2)
 #define CHIME_TASK_REARMING (-3)
+/* A pool one-shot re-armed while it runs (reported RUNNING): the worker's
+ * lock-free completion (CAS RUNNING -> DONE) fails on it and the task is
+ * settled under the pool's lock instead, to run again. Pool tasks in the
+ * due ring (pool->due) are BATCHED too, and REARMING when re-armed there. */
+#define CHIME_TASK_RUN_REARMED (-4)
 
 /* The reference word (task->refs), one atomic for everything that is not
  * guarded by a lock:

@@ -68,20 +68,249 @@ release_garbage(struct chime_pool *p, struct chime_worker *w)
     return true;
 }
 
-/* Takes the next due task, waiting as leader or follower. Returns NULL when
- * this worker must exit (then nthreads has been decremented). */
-static struct chime_task *
-take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
+/* ---- The due ring -------------------------------------------------------
+ * A worker that finds the heap's head due moves up to CHIME_DUE_CAP due
+ * tasks into the ring at once (BATCHED), under the lock; then any worker
+ * claims them one by one without it: a CAS on due_head takes an entry, a
+ * CAS of the task's state from BATCHED to RUNNING takes the task. A cancel,
+ * re-arm or shutdown (under the lock) takes a task away with its own CAS
+ * of the state from BATCHED; whoever claims the entry then finds it final
+ * (drop it) or REARMING (back to the heap). A one-shot that returns 0 is
+ * completed with a CAS from RUNNING to DONE, no lock either; its pool
+ * reference is dropped at the worker's next turn under the lock, so a
+ * task read under the lock (from the ring, or as a worker's current one)
+ * stays valid while the lock is held. docs/model/due.pml checks this. */
+
+static size_t
+due_avail(struct chime_pool *p)
+{
+    return (size_t)(atomic_load_explicit(&p->due_tail, memory_order_relaxed) -
+                    atomic_load_explicit(&p->due_head, memory_order_relaxed));
+}
+
+/* Moves the due head of the heap into the ring while there is room; now is
+ * a time read before. Returns how many moved. */
+static unsigned
+fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
 {
     CHIME_ASSERT_HELD(&p->mu);
+    uint64_t head = atomic_load_explicit(&p->due_head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
+    unsigned n = 0, live = 0;
+    while (tail - head < CHIME_DUE_CAP && p->heap.len != 0) {
+        struct chime_task *t = chime__heap_peek(&p->heap);
+        bool final = chime__state_is_final(chime__task_state(t));
+        if (!(t->flags & CHIME_TF_LAZY) && chime__undefer_locked(&p->heap, t))
+            continue;
+        int64_t d = chime__heap_peek_deadline(&p->heap);
+        bool ghost = false;
+        if (final) {
+            /* A retained cancelled task (remove_on_cancel off) stays
+             * queued while live tasks are ahead of it (the ring's): it
+             * goes into the ring in its place, for its claimer to drop. */
+            if (tail == head || (t->flags & CHIME_TF_LAZY)) {
+                chime__heap_pop(&p->heap, NULL);
+                chime__drop_locked(t, &w->garbage);
+                continue;
+            }
+            ghost = true;
+        }
+        if (d > now)
+            break;
+        chime__heap_pop(&p->heap, NULL);
+        t->flags &= (uint8_t)~CHIME_TF_REARM;
+        uint32_t seq = t->seq; /* a periodic task's run deadline takes it */
+        /* The deadline of this run (a one-shot keeps it apart from its
+         * result, which its worker writes without the lock). */
+        if (!ghost)
+            chime__set_rearm_target(t, d);
+        if (!ghost) {
+            chime__task_set_state(t, CHIME_TASK_BATCHED);
+            live++;
+        }
+        struct chime_due_entry *e = &p->due[tail % CHIME_DUE_CAP];
+        atomic_store_explicit(&e->task, t, memory_order_relaxed);
+        atomic_store_explicit(&e->deadline, d, memory_order_relaxed);
+        atomic_store_explicit(&e->seq, seq, memory_order_relaxed);
+        tail++;
+        n++;
+    }
+    if (n != 0) {
+        atomic_fetch_add(&p->due_live, live);
+        atomic_store_explicit(&p->due_now, now, memory_order_relaxed);
+        CHIME_HB_BEFORE(&p->due_tail);
+        atomic_store_explicit(&p->due_tail, tail, memory_order_release);
+    }
+    return n;
+}
+
+/* Claims the next entry of the ring (no lock), or returns NULL. */
+static struct chime_task *
+claim_due(struct chime_pool *p, int64_t *deadline)
+{
+    uint64_t h = atomic_load_explicit(&p->due_head, memory_order_acquire);
+    for (;;) {
+        uint64_t tail =
+            atomic_load_explicit(&p->due_tail, memory_order_acquire);
+        CHIME_HB_AFTER(&p->due_tail);
+        if (h == tail)
+            return NULL;
+        struct chime_due_entry *e = &p->due[h % CHIME_DUE_CAP];
+        struct chime_task *t =
+            atomic_load_explicit(&e->task, memory_order_relaxed);
+        int64_t d = atomic_load_explicit(&e->deadline, memory_order_relaxed);
+        /* Succeeds only if nobody claimed entry h meanwhile, so the
+         * entry read was the one filled there (a refill of its slot
+         * needs the head past it). */
+        if (atomic_compare_exchange_weak_explicit(&p->due_head, &h, h + 1,
+                                                  memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            *deadline = d;
+            return t;
+        }
+    }
+}
+
+size_t
+chime__due_grab_locked(struct chime_pool *p, struct chime_task **list)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    uint64_t h = atomic_load_explicit(&p->due_head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
+    while (h != tail && !atomic_compare_exchange_weak_explicit(
+                            &p->due_head, &h, tail, memory_order_acq_rel,
+                            memory_order_acquire))
+        ;
+    size_t live = 0, n = 0;
+    for (; h != tail; h++) {
+        struct chime_task *t = atomic_load_explicit(
+            &p->due[h % CHIME_DUE_CAP].task, memory_order_relaxed);
+        /* Nobody else moves an unclaimed task but the lock's holder. */
+        if (!chime__state_is_final(chime__task_state(t)))
+            live++;
+        t->next = *list;
+        *list = t;
+        n++;
+    }
+    atomic_fetch_sub(&p->due_live, live);
+    return n;
+}
+
+void
+chime__due_shutdown_locked(struct chime_pool *p)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    if (p->continue_periodic)
+        return;
+    uint64_t h = atomic_load_explicit(&p->due_head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
+    for (; h != tail; h++) {
+        /* Claimed meanwhile or not, the task is valid: its pool
+         * reference is dropped under the lock only. */
+        struct chime_task *t = atomic_load_explicit(
+            &p->due[h % CHIME_DUE_CAP].task, memory_order_relaxed);
+        if (chime__task_kind(t) == CHIME_KIND_ONESHOT)
+            continue; /* due: it may still run */
+        int8_t st = CHIME_TASK_BATCHED;
+        if (chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED)) {
+            atomic_fetch_sub(&p->due_live, 1);
+            chime__completed_locked(p, t, CHIME_TASK_CANCELLED);
+        }
+    }
+}
+
+static void queue_again_locked(struct chime_pool *p, struct chime_task *t,
+                               int64_t deadline, int64_t now,
+                               bool from_worker, struct chime_task **garbage);
+
+/* Does the heap's head come before the ring's last entry (the ring is in
+ * order: then some of it must wait for the head)? */
+static bool
+heap_first_locked(struct chime_pool *p)
+{
+    if (p->heap.len == 0)
+        return false;
+    uint64_t last = atomic_load_explicit(&p->due_tail, memory_order_relaxed) - 1;
+    struct chime_due_entry *e = &p->due[last % CHIME_DUE_CAP];
+    int64_t d = atomic_load_explicit(&e->deadline, memory_order_relaxed);
+    uint32_t seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
+    int64_t hd = chime__heap_peek_deadline(&p->heap);
+    if (hd != d)
+        return hd < d;
+    return (int32_t)(chime__heap_peek(&p->heap)->seq - seq) < 0;
+}
+
+/* Puts the ring's unclaimed tasks back in the heap with their keys (a
+ * cancelled one as a retained one, which its canceller counted). */
+void
+chime__due_return_locked(struct chime_pool *p, struct chime_task **garbage)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    uint64_t h = atomic_load_explicit(&p->due_head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
+    while (h != tail && !atomic_compare_exchange_weak_explicit(
+                            &p->due_head, &h, tail, memory_order_acq_rel,
+                            memory_order_acquire))
+        ;
+    for (; h != tail; h++) {
+        struct chime_due_entry *e = &p->due[h % CHIME_DUE_CAP];
+        struct chime_task *t =
+            atomic_load_explicit(&e->task, memory_order_relaxed);
+        int st = chime__task_state(t);
+        bool final = chime__state_is_final(st);
+        if (!final)
+            atomic_fetch_sub(&p->due_live, 1);
+        if (st == CHIME_TASK_REARMING) {
+            queue_again_locked(p, t, chime__rearm_target(t),
+                               chime__pool_now(p), true, garbage);
+            continue;
+        }
+        if (!final)
+            chime__task_set_state(t, CHIME_TASK_PENDING);
+        t->seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
+        if (chime__heap_push(&p->heap, t,
+                             atomic_load_explicit(&e->deadline,
+                                                  memory_order_relaxed)) != 0) {
+            if (!final)
+                chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
+            chime__drop_locked(t, garbage);
+        } else if (final && p->remove_on_cancel) {
+            t->flags |= CHIME_TF_LAZY;
+            p->heap.lazy++;
+        }
+    }
+}
+
+/* Takes the next due task, waiting as leader or follower: returns true
+ * when the ring has tasks to claim (filled from the heap if its head was
+ * due), false when this worker must exit (then nthreads has been
+ * decremented). */
+static bool
+take_locked(struct chime_pool *p, struct chime_worker *w)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    int64_t now = INT64_MIN; /* a time read in this call: due if <= */
     for (;;) {
         if (p->run_state >= CHIME_POOL_STOP)
             break;
+        size_t avail = due_avail(p);
         /* Surplus workers leave (core lowered, or the on-demand worker of
          * a zero-core pool). A zero-core pool keeps one while tasks wait. */
-        unsigned keep = p->core ? p->core : (p->heap.len ? 1 : 0);
+        unsigned keep =
+            p->core ? p->core : (p->heap.len || avail ? 1 : 0);
         if (p->nthreads > keep)
             break;
+        if (avail != 0) {
+            if (atomic_load_explicit(&p->due_stale, memory_order_relaxed)) {
+                atomic_store_explicit(&p->due_stale, false,
+                                      memory_order_relaxed);
+                if (heap_first_locked(p)) {
+                    chime__due_return_locked(p, &w->garbage);
+                    continue;
+                }
+            }
+            return true;
+        }
         struct chime_task *t = chime__heap_peek(&p->heap);
         if (t == NULL) {
             if (p->run_state >= CHIME_POOL_SHUTDOWN)
@@ -101,20 +330,23 @@ take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
             chime__drop_locked(t, &w->garbage);
             continue;
         }
-        int64_t now = chime__pool_now(p);
         int64_t deadline = chime__heap_peek_deadline(&p->heap);
+        if (deadline > now)
+            now = chime__pool_now(p);
         if (deadline <= now) {
-            chime__heap_pop(&p->heap, NULL);
-            t->run_deadline = deadline;
-            if (p->leader == NULL && p->heap.len != 0)
+            unsigned n = fill_due_locked(p, w, now);
+            /* Leadership passes on if tasks remain with nobody timing
+             * them; or one more worker helps with a batch. */
+            if ((p->leader == NULL && p->heap.len != 0) || n > 1)
                 pthread_cond_signal(&p->follower_cv);
-            *now_out = now;
-            return t;
+            return true;
         }
         if (p->leader != NULL)
             goto idle;
-        if (release_garbage(p, w))
+        if (release_garbage(p, w)) {
+            now = INT64_MIN;
             continue; /* the lock was dropped: decide again */
+        }
         /* Become the leader: the only timed waiter. */
         p->leader = w;
         if (p->clock) {
@@ -137,18 +369,22 @@ take_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now_out)
         }
         if (p->leader == w)
             p->leader = NULL;
+        now = INT64_MIN;
         continue;
     idle:
-        if (release_garbage(p, w))
+        if (release_garbage(p, w)) {
+            now = INT64_MIN;
             continue;
+        }
         p->st.idle_waiters++;
         pthread_cond_wait(&p->follower_cv, &p->mu);
         p->st.idle_waiters--;
+        now = INT64_MIN;
     }
     p->nthreads--;
     if (p->leader == NULL && p->heap.len != 0)
         pthread_cond_signal(&p->follower_cv);
-    return NULL;
+    return false;
 }
 
 /* Puts t, out of the heap and not completed, back in the heap at deadline
@@ -184,6 +420,8 @@ queue_again_locked(struct chime_pool *p, struct chime_task *t,
             chime__new_head_locked(p);
         else if (p->leader)
             pthread_cond_signal(&p->leader_cv);
+        if (due_avail(p) != 0)
+            atomic_store_explicit(&p->due_stale, true, memory_order_relaxed);
     }
 }
 
@@ -206,42 +444,128 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
         chime__drop_locked(t, garbage);
         return;
     }
-    int64_t next;
-    int64_t end = chime__pool_now(p);
-    if (!chime__next_run(t, end, &next)) {
+    if (chime__task_kind(t) == CHIME_KIND_ONESHOT &&
+        !(t->flags & CHIME_TF_REARM)) {
+        /* Done: no clock needed. */
         t->result = result;
         chime__complete_locked(p, t, CHIME_TASK_DONE, 0);
         chime__drop_locked(t, garbage);
         return;
     }
+    if (t->flags & CHIME_TF_REARM)
+        t->run_deadline = chime__rearm_target(t);
+    int64_t next = 0;
+    int64_t end = chime__pool_now(p);
+    bool again = chime__next_run(t, end, &next);
+    CHIME_ASSERT(again);
+    (void)again;
     queue_again_locked(p, t, next, end, from_worker, garbage);
 }
 
-/* Runs t (taken from the heap, lock held) and settles its outcome. Returns
- * with the lock held. */
+/* The worker's turn under the lock after running claimed tasks: drops the
+ * pool's reference on those completed without the lock, settles the one
+ * that needs the lock. */
 static void
-run_locked(struct chime_pool *p, struct chime_worker *w, struct chime_task *t,
-           int64_t now)
+turn_locked(struct chime_pool *p, struct chime_worker *w)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    chime__task_set_state(t, CHIME_TASK_RUNNING);
-    t->flags &= (uint8_t)~CHIME_TF_REARM;
-    w->current = t;
-    p->st.running++;
-    if (now - t->run_deadline > p->st.max_lateness_ns)
-        p->st.max_lateness_ns = now - t->run_deadline;
-    struct chime_task *g = w->garbage;
-    w->garbage = NULL;
-    pthread_mutex_unlock(&p->mu);
+    for (unsigned i = 0; i < w->ndone; i++)
+        chime__drop_locked(w->done[i], &w->garbage);
+    w->ndone = 0;
+    struct chime_task *t = w->slow;
+    if (t == NULL)
+        return;
+    w->slow = NULL;
+    if (w->slow_requeue) {
+        /* Re-armed in the ring before it started (or cancelled since). */
+        if (chime__state_is_final(chime__task_state(t))) {
+            chime__drop_locked(t, &w->garbage);
+            return;
+        }
+        atomic_fetch_sub(&p->due_live, 1);
+        queue_again_locked(p, t, chime__rearm_target(t), chime__pool_now(p),
+                           true, &w->garbage);
+        return;
+    }
+    chime__settle_locked(p, t, w->slow_rc, w->slow_result, true, &w->garbage);
+}
 
-    chime__free_garbage(g);
-    void *result;
-    int rc = chime__invoke(p, t, &result);
-
+/* Wakes the threads waiting for a completion (a lock-free one). */
+static void
+wake_waiters(struct chime_pool *p)
+{
     CHIME_LOCK_POOL(&p->mu);
-    p->st.running--;
-    w->current = NULL;
-    chime__settle_locked(p, t, rc, result, true, &w->garbage);
+    pthread_cond_broadcast(&p->done_cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Claims and runs due tasks, no lock held, until the ring is empty, the
+ * worker's list of tasks to drop is full, or a task needs the lock to be
+ * settled (w->slow). */
+static void
+run_due(struct chime_pool *p, struct chime_worker *w)
+{
+    while (w->ndone < CHIME_WORKER_LATER &&
+           !atomic_load_explicit(&p->due_stale, memory_order_relaxed)) {
+        int64_t deadline;
+        struct chime_task *t = claim_due(p, &deadline);
+        if (t == NULL)
+            return;
+        int8_t st = CHIME_TASK_BATCHED;
+        if (!chime__task_cas_state(t, &st, CHIME_TASK_RUNNING)) {
+            if (st == CHIME_TASK_REARMING) {
+                w->slow = t;
+                w->slow_requeue = true;
+                return;
+            }
+            /* Taken away (cancelled, shut down): who did so counted it;
+             * the pool's reference is ours to drop. */
+            w->done[w->ndone++] = t;
+            continue;
+        }
+        atomic_fetch_sub_explicit(&p->due_live, 1, memory_order_relaxed);
+        /* Lateness at the start of the run with a custom clock (time
+         * that moves only when told); with the system clock, at the fill
+         * of the ring: one clock read per batch, not per task. */
+        int64_t late =
+            (p->clock ? chime__pool_now(p)
+                      : atomic_load_explicit(&p->due_now,
+                                             memory_order_relaxed)) -
+            deadline;
+        if (late > atomic_load_explicit(&w->max_lateness, memory_order_relaxed))
+            atomic_store_explicit(&w->max_lateness, late,
+                                  memory_order_relaxed);
+        atomic_store_explicit(&w->current, t, memory_order_relaxed);
+        atomic_store_explicit(&w->running, 1, memory_order_relaxed);
+        void *result;
+        int rc = chime__invoke(p, t, &result);
+        atomic_store_explicit(&w->running, 0, memory_order_relaxed);
+        atomic_store_explicit(&w->current, NULL, memory_order_relaxed);
+        if (rc == 0 && chime__task_kind(t) == CHIME_KIND_ONESHOT) {
+            /* Counted before it is published: whoever sees it done sees
+             * it counted. */
+            uint64_t ran = atomic_load_explicit(&w->ran, memory_order_relaxed);
+            atomic_store_explicit(&w->ran, ran + 1, memory_order_relaxed);
+            t->result = result;
+            st = CHIME_TASK_RUNNING;
+            if (chime__task_cas_state(t, &st, CHIME_TASK_DONE)) {
+                /* seq_cst after the CAS: a waiter counts itself, then
+                 * reads the state (task.c). */
+                if (atomic_load(&p->waiters) != 0)
+                    wake_waiters(p);
+                w->done[w->ndone++] = t;
+                continue;
+            }
+            /* Cancelled or re-armed while it ran: settled under the lock
+             * (which counts the run). */
+            atomic_store_explicit(&w->ran, ran, memory_order_relaxed);
+        }
+        w->slow = t;
+        w->slow_requeue = false;
+        w->slow_rc = rc;
+        w->slow_result = result;
+        return;
+    }
 }
 
 static void *
@@ -270,15 +594,25 @@ worker_main(void *arg)
 
     CHIME_LOCK_POOL(&p->mu);
     for (;;) {
-        int64_t now;
-        struct chime_task *t = take_locked(p, w, &now);
-        if (t == NULL)
+        turn_locked(p, w);
+        if (!take_locked(p, w))
             break;
-        run_locked(p, w, t, now);
+        /* Frees what was dropped before this turn: nobody holding the
+         * lock can still be reading those tasks. */
+        struct chime_task *g = w->garbage;
+        w->garbage = NULL;
+        pthread_mutex_unlock(&p->mu);
+        chime__free_garbage(g);
+        run_due(p, w);
+        CHIME_LOCK_POOL(&p->mu);
     }
     /* nthreads was decremented by take_locked: no task is waiting on us. */
     p->nexiting++;
     chime__list_remove(&w->link);
+    p->ran_exited += atomic_load_explicit(&w->ran, memory_order_relaxed);
+    int64_t late = atomic_load_explicit(&w->max_lateness, memory_order_relaxed);
+    if (late > p->late_exited)
+        p->late_exited = late;
     struct chime_task *g = w->garbage;
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(g);
@@ -327,6 +661,10 @@ chime__spawn(struct chime_pool *p)
         rc = pthread_attr_setstacksize(&attr, p->stack_size);
     if (rc == 0) {
         w->pool = p;
+        CHIME_HB_ATOMIC(&w->current);
+        CHIME_HB_ATOMIC(&w->ran);
+        CHIME_HB_ATOMIC(&w->running);
+        CHIME_HB_ATOMIC(&w->max_lateness);
         CHIME_LOCK_POOL(&p->mu);
         w->index = p->next_index++;
         /* Linked before it runs so shutdown_now can reach its task. */

@@ -2710,6 +2710,22 @@ m_check_queue(m_rig *r)
         due[a->id] = chime__queued_deadline(&p->heap, t);
         nlive += where[a->id] == 'l';
     }
+    /* The due ring (worker.c): due tasks no worker claimed yet are still
+     * queued, in order after the heap's none (they were due first). */
+    uint64_t dh = atomic_load(&p->due_head), dt = atomic_load(&p->due_tail);
+    for (; dh != dt; dh++) {
+        struct chime_due_entry *e = &p->due[dh % CHIME_DUE_CAP];
+        struct chime_task *t = atomic_load(&e->task);
+        m_arg *a = chime_task_arg(t);
+        if (a == NULL || a->id < 0 || a->id >= M_MAX_TASKS)
+            continue;
+        int st = chime__task_state(t);
+        dup += where[a->id] != 0;
+        where[a->id] = chime_task_is_done(t) ? 'g' : 'l';
+        due[a->id] = (st == CHIME_TASK_REARMING) ? chime__rearm_target(t)
+                                                 : atomic_load(&e->deadline);
+        nlive += where[a->id] == 'l';
+    }
     pthread_mutex_unlock(&p->mu);
     if (heap_ok != 0)
         m_failf(r, "chime__heap_check failed");
