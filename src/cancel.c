@@ -50,6 +50,15 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
         /* In the due ring (or claimed, about to go back to the heap):
          * whoever claims it drops it. */
         atomic_fetch_sub(&p->due_live, 1);
+        uint32_t seq;
+        if (st == CHIME_TASK_REARMING)
+            (void)chime__rearmed_take(p, t, &seq);
+        /* Out of the queue at once (remove_on_cancel), or retained there
+         * as in the heap until its claimer drops it. */
+        if (p->remove_on_cancel)
+            t->flags |= CHIME_TF_LAZY;
+        else
+            p->due_ghosts++;
     } else if (p->remove_on_cancel && (t->flags & CHIME_TF_INHEAP)) {
         /* Out of the queue for everyone at once (pending, contains,
          * capacity); the slot is reclaimed lazily: at the head, or by
@@ -165,8 +174,11 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
             int64_t old = chime__rearm_target(t);
             chime__set_rearm_target(t, d);
             if (st == CHIME_TASK_REARMING ||
-                chime__task_cas_state(t, &st, CHIME_TASK_REARMING))
+                chime__task_cas_state(t, &st, CHIME_TASK_REARMING)) {
+                /* Its place among equal deadlines is the re-arm's. */
+                chime__rearmed_put(p, t, p->next_seq++);
                 break;
+            }
             chime__set_rearm_target(t, old);
             continue;
         }

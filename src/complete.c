@@ -264,7 +264,7 @@ chime__try_terminate_locked(struct chime_pool *p)
         return;
     }
     /* Due tasks not yet run: their workers are still here. */
-    if (atomic_load(&p->due_live) != 0)
+    if (atomic_load(&p->due_live) != 0 || p->due_ghosts != 0)
         return;
     if (atomic_load_explicit(&p->loop_tasks, memory_order_seq_cst) != 0)
         return;

@@ -357,14 +357,12 @@ chime_pool_remove(chime_pool *p, chime_task *t)
         return rc;
     }
     CHIME_LOCK_POOL(&p->mu);
-    if (!(t->flags & CHIME_TF_INHEAP)) {
-        /* In the due ring: taken away by a CAS, as a cancel would. */
-        if (queued_locked(t) &&
-            chime__cancel_locked(p, t, 0, true, &garbage) == 0) {
-            chime__try_terminate_locked(p);
-            rc = 0;
-        }
-    } else if (queued_locked(t)) {
+    /* A task in the due ring (live, or a retained cancelled one) goes
+     * back to the heap with the rest of the ring first: then it is
+     * removed as any queued task. */
+    if (!(t->flags & CHIME_TF_INHEAP))
+        chime__due_return_locked(p, &garbage);
+    if (queued_locked(t)) {
         chime__heap_remove(&p->heap, t);
         if (!chime__state_is_final(chime__task_state(t)))
             chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
@@ -387,8 +385,14 @@ chime_pool_contains(chime_pool *p, chime_task *t)
     struct chime_loop *l = chime__task_loop(t);
     pthread_mutex_t *mu = l ? &l->mu : &p->mu;
     CHIME_LOCK_EITHER(mu, l != NULL);
+    struct chime_task *garbage = NULL;
+    /* A retained cancelled task in the due ring is still queued: the
+     * ring goes back to the heap to say so. */
+    if (l == NULL && !(t->flags & CHIME_TF_INHEAP))
+        chime__due_return_locked(p, &garbage);
     bool r = queued_locked(t);
     pthread_mutex_unlock(mu);
+    chime__free_garbage(garbage);
     return r;
 }
 
@@ -442,7 +446,8 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
         return -ECHILD;
     CHIME_LOCK_POOL(&p->mu);
     *out = p->st;
-    out->pending = p->heap.len - p->heap.lazy + atomic_load(&p->due_live);
+    out->pending = p->heap.len - p->heap.lazy + atomic_load(&p->due_live) +
+                   p->due_ghosts;
     out->threads_alive = p->nlive;
     /* Runs of workers: their own counters (worker.c). */
     out->completed += p->ran_exited;

@@ -91,12 +91,24 @@ struct chime_pool {
     _Atomic uint64_t due_tail;
     /* Tasks in the ring that are BATCHED or REARMING: pending ones. */
     _Atomic size_t due_live;
+    /* mu: cancelled tasks in the ring (or claimed from it, not yet dropped)
+     * that still count as queued: retained (remove_on_cancel off; those
+     * cancelled with it on are marked CHIME_TF_LAZY instead). */
+    size_t due_ghosts;
     _Atomic int64_t due_now; /* the clock when the ring was last filled */
     /* Set under mu when the heap got a head that may come before the
      * ring's entries (a periodic task catching up, a negative delay):
      * claimers stop, and the next turn puts the ring back in the heap so
      * that the order by (deadline, seq) holds as with one queue. */
     _Atomic bool due_stale;
+    /* mu: the sequence numbers of tasks re-armed in the ring (REARMING),
+     * taken at the re-arm as for a queued task, used when their claimer
+     * puts them back in the heap (a periodic task has no room for it). */
+    struct chime_rearmed {
+        struct chime_task *task;
+        uint32_t seq;
+    } rearmed[2 * CHIME_DUE_CAP];
+    unsigned nrearmed;
     uint64_t ran_exited;     /* mu: runs of workers that exited */
     int64_t late_exited;     /* mu: their largest lateness */
     /* Written under mu; atomic so that the loop side (timers.c), which
@@ -227,6 +239,34 @@ chime__next_run(const struct chime_task *t, int64_t end, int64_t *next)
     else
         return false;
     return true;
+}
+
+/* Records the sequence number of a re-arm of t in the ring (mu held). A
+ * full table (more re-armed tasks than the ring and the workers can hold
+ * at once: not expected) leaves t to take a new number when requeued. */
+static inline void
+chime__rearmed_put(struct chime_pool *p, struct chime_task *t, uint32_t seq)
+{
+    for (unsigned i = 0; i < p->nrearmed; i++)
+        if (p->rearmed[i].task == t) {
+            p->rearmed[i].seq = seq;
+            return;
+        }
+    if (p->nrearmed < sizeof(p->rearmed) / sizeof(p->rearmed[0]))
+        p->rearmed[p->nrearmed++] = (struct chime_rearmed){t, seq};
+}
+
+/* Takes t's recorded sequence number out of the table, if any. */
+static inline bool
+chime__rearmed_take(struct chime_pool *p, struct chime_task *t, uint32_t *seq)
+{
+    for (unsigned i = 0; i < p->nrearmed; i++)
+        if (p->rearmed[i].task == t) {
+            *seq = p->rearmed[i].seq;
+            p->rearmed[i] = p->rearmed[--p->nrearmed];
+            return true;
+        }
+    return false;
 }
 
 /* The binding of a loop task, or NULL. No lock: its chunk never moves. */

@@ -190,7 +190,8 @@ static size_t
 pending_locked(struct chime_pool *p)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    size_t n = p->heap.len - p->heap.lazy;
+    size_t n = p->heap.len - p->heap.lazy + atomic_load(&p->due_live) +
+               p->due_ghosts;
     struct chime_list *ln;
     chime__list_for_each(ln, &p->loops)
     {

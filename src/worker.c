@@ -127,6 +127,8 @@ fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
         if (!ghost) {
             chime__task_set_state(t, CHIME_TASK_BATCHED);
             live++;
+        } else {
+            p->due_ghosts++;
         }
         struct chime_due_entry *e = &p->due[tail % CHIME_DUE_CAP];
         atomic_store_explicit(&e->task, t, memory_order_relaxed);
@@ -186,8 +188,15 @@ chime__due_grab_locked(struct chime_pool *p, struct chime_task **list)
         struct chime_task *t = atomic_load_explicit(
             &p->due[h % CHIME_DUE_CAP].task, memory_order_relaxed);
         /* Nobody else moves an unclaimed task but the lock's holder. */
-        if (!chime__state_is_final(chime__task_state(t)))
+        int st = chime__task_state(t);
+        if (!chime__state_is_final(st))
             live++;
+        else if (!(t->flags & CHIME_TF_LAZY))
+            p->due_ghosts--;
+        t->flags &= (uint8_t)~CHIME_TF_LAZY;
+        uint32_t seq;
+        if (st == CHIME_TASK_REARMING)
+            (void)chime__rearmed_take(p, t, &seq);
         t->next = *list;
         *list = t;
         n++;
@@ -211,9 +220,15 @@ chime__due_shutdown_locked(struct chime_pool *p)
             &p->due[h % CHIME_DUE_CAP].task, memory_order_relaxed);
         if (chime__task_kind(t) == CHIME_KIND_ONESHOT)
             continue; /* due: it may still run */
-        int8_t st = CHIME_TASK_BATCHED;
-        if (chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED)) {
+        int8_t st = (int8_t)chime__task_state(t);
+        if ((st == CHIME_TASK_BATCHED || st == CHIME_TASK_REARMING) &&
+            chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED)) {
             atomic_fetch_sub(&p->due_live, 1);
+            uint32_t seq;
+            if (st == CHIME_TASK_REARMING)
+                (void)chime__rearmed_take(p, t, &seq);
+            /* Out of the queue as shutdown's others are. */
+            t->flags |= CHIME_TF_LAZY;
             chime__completed_locked(p, t, CHIME_TASK_CANCELLED);
         }
     }
@@ -221,7 +236,23 @@ chime__due_shutdown_locked(struct chime_pool *p)
 
 static void queue_again_locked(struct chime_pool *p, struct chime_task *t,
                                int64_t deadline, int64_t now,
-                               bool from_worker, struct chime_task **garbage);
+                               bool from_worker, const uint32_t *seq,
+                               struct chime_task **garbage);
+
+/* A task re-armed in the ring back to the heap at its target, with the
+ * sequence number of its re-arm. */
+static void
+requeue_rearmed_locked(struct chime_pool *p, struct chime_task *t,
+                       struct chime_task **garbage)
+{
+    uint32_t seq;
+    bool have = chime__rearmed_take(p, t, &seq);
+    /* A queued task moved, not a run that ended: the shutdown rules for
+     * delayed one-shots were applied when it was queued (now = INT64_MAX
+     * passes them); a periodic one, or any after shutdown_now, goes. */
+    queue_again_locked(p, t, chime__rearm_target(t), INT64_MAX, true,
+                       have ? &seq : NULL, garbage);
+}
 
 /* Does the heap's head come before the ring's last entry (the ring is in
  * order: then some of it must wait for the head)? */
@@ -258,11 +289,14 @@ chime__due_return_locked(struct chime_pool *p, struct chime_task **garbage)
             atomic_load_explicit(&e->task, memory_order_relaxed);
         int st = chime__task_state(t);
         bool final = chime__state_is_final(st);
+        bool lazy = final && (t->flags & CHIME_TF_LAZY);
+        t->flags &= (uint8_t)~CHIME_TF_LAZY;
         if (!final)
             atomic_fetch_sub(&p->due_live, 1);
+        else if (!lazy)
+            p->due_ghosts--;
         if (st == CHIME_TASK_REARMING) {
-            queue_again_locked(p, t, chime__rearm_target(t),
-                               chime__pool_now(p), true, garbage);
+            requeue_rearmed_locked(p, t, garbage);
             continue;
         }
         if (!final)
@@ -274,7 +308,7 @@ chime__due_return_locked(struct chime_pool *p, struct chime_task **garbage)
             if (!final)
                 chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
             chime__drop_locked(t, garbage);
-        } else if (final && p->remove_on_cancel) {
+        } else if (lazy) {
             t->flags |= CHIME_TF_LAZY;
             p->heap.lazy++;
         }
@@ -395,7 +429,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
 static void
 queue_again_locked(struct chime_pool *p, struct chime_task *t,
                    int64_t deadline, int64_t now, bool from_worker,
-                   struct chime_task **garbage)
+                   const uint32_t *seq, struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&p->mu);
     /* A deferred re-arm (CHIME_TF_DEFER) never leaves the heap unresolved
@@ -408,7 +442,7 @@ queue_again_locked(struct chime_pool *p, struct chime_task *t,
         chime__drop_locked(t, garbage);
         return;
     }
-    t->seq = p->next_seq++;
+    t->seq = seq ? *seq : p->next_seq++;
     if (chime__heap_push(&p->heap, t, deadline) != 0) {
         /* The queue could not grow to take the task back. */
         chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
@@ -459,7 +493,7 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
     bool again = chime__next_run(t, end, &next);
     CHIME_ASSERT(again);
     (void)again;
-    queue_again_locked(p, t, next, end, from_worker, garbage);
+    queue_again_locked(p, t, next, end, from_worker, NULL, garbage);
 }
 
 /* The worker's turn under the lock after running claimed tasks: drops the
@@ -469,22 +503,35 @@ static void
 turn_locked(struct chime_pool *p, struct chime_worker *w)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    for (unsigned i = 0; i < w->ndone; i++)
-        chime__drop_locked(w->done[i], &w->garbage);
+    for (unsigned i = 0; i < w->ndone; i++) {
+        struct chime_task *d = w->done[i];
+        if (chime__task_state(d) != CHIME_TASK_DONE) {
+            /* Claimed cancelled: a retained one leaves the queue now. */
+            if (!(d->flags & CHIME_TF_LAZY))
+                p->due_ghosts--;
+            d->flags &= (uint8_t)~CHIME_TF_LAZY;
+        }
+        chime__drop_locked(d, &w->garbage);
+    }
     w->ndone = 0;
     struct chime_task *t = w->slow;
+    /* Settled under the lock: get_stats sees it counted as running or
+     * settled, never neither. */
+    atomic_store_explicit(&w->running, 0, memory_order_relaxed);
     if (t == NULL)
         return;
     w->slow = NULL;
     if (w->slow_requeue) {
         /* Re-armed in the ring before it started (or cancelled since). */
         if (chime__state_is_final(chime__task_state(t))) {
+            if (!(t->flags & CHIME_TF_LAZY))
+                p->due_ghosts--;
+            t->flags &= (uint8_t)~CHIME_TF_LAZY;
             chime__drop_locked(t, &w->garbage);
             return;
         }
         atomic_fetch_sub(&p->due_live, 1);
-        queue_again_locked(p, t, chime__rearm_target(t), chime__pool_now(p),
-                           true, &w->garbage);
+        requeue_rearmed_locked(p, t, &w->garbage);
         return;
     }
     chime__settle_locked(p, t, w->slow_rc, w->slow_result, true, &w->garbage);
@@ -514,14 +561,19 @@ run_due(struct chime_pool *p, struct chime_worker *w)
         int8_t st = CHIME_TASK_BATCHED;
         if (!chime__task_cas_state(t, &st, CHIME_TASK_RUNNING)) {
             if (st == CHIME_TASK_REARMING) {
+                /* Counted as running until its turn puts it back: the
+                 * pool is not idle while a worker holds a task. */
+                atomic_store_explicit(&w->running, 1, memory_order_relaxed);
                 w->slow = t;
                 w->slow_requeue = true;
                 return;
             }
-            /* Taken away (cancelled, shut down): who did so counted it;
-             * the pool's reference is ours to drop. */
+            /* Taken away (cancelled, shut down), or a retained cancelled
+             * one: dropped at the worker's turn, now (counted as running
+             * until then: the pool is not idle while it holds a task). */
+            atomic_store_explicit(&w->running, 1, memory_order_relaxed);
             w->done[w->ndone++] = t;
-            continue;
+            return;
         }
         atomic_fetch_sub_explicit(&p->due_live, 1, memory_order_relaxed);
         /* Lateness at the start of the run with a custom clock (time
@@ -539,7 +591,6 @@ run_due(struct chime_pool *p, struct chime_worker *w)
         atomic_store_explicit(&w->running, 1, memory_order_relaxed);
         void *result;
         int rc = chime__invoke(p, t, &result);
-        atomic_store_explicit(&w->running, 0, memory_order_relaxed);
         atomic_store_explicit(&w->current, NULL, memory_order_relaxed);
         if (rc == 0 && chime__task_kind(t) == CHIME_KIND_ONESHOT) {
             /* Counted before it is published: whoever sees it done sees
@@ -548,6 +599,7 @@ run_due(struct chime_pool *p, struct chime_worker *w)
             atomic_store_explicit(&w->ran, ran + 1, memory_order_relaxed);
             t->result = result;
             st = CHIME_TASK_RUNNING;
+            atomic_store_explicit(&w->running, 0, memory_order_relaxed);
             if (chime__task_cas_state(t, &st, CHIME_TASK_DONE)) {
                 /* seq_cst after the CAS: a waiter counts itself, then
                  * reads the state (task.c). */
@@ -559,7 +611,9 @@ run_due(struct chime_pool *p, struct chime_worker *w)
             /* Cancelled or re-armed while it ran: settled under the lock
              * (which counts the run). */
             atomic_store_explicit(&w->ran, ran, memory_order_relaxed);
+            atomic_store_explicit(&w->running, 1, memory_order_relaxed);
         }
+        /* Still counted as running: its settle is to come. */
         w->slow = t;
         w->slow_requeue = false;
         w->slow_rc = rc;
