@@ -6,6 +6,7 @@
 #   docs/model/batch.pml    claiming batched loop tasks vs cancel / re-arm
 #   docs/model/timers.pml   a binding's eventfd + timerfd (loop-owned timers)
 #   docs/model/terminate.pml termination with per-binding loop task counts
+#   docs/model/due.pml      the pool's due ring: lock-free claims and completion
 #
 # Runs every check of the real models (each must pass), then every check
 # of every mutation (each mutation must be caught by at least one check).
@@ -327,6 +328,10 @@ check terminate/safety-p2 terminate.pml safety \
     "-DNPROD=2 -DNCANCEL=0 -DNFAIL=0 -DSELFSCHED=0"
 check terminate/np terminate.pml np ""
 
+header "due.pml: safety (claims, exactness, no use after free, quiescence)"
+check due/safety due.pml safety ""
+check due/safety-nops2-no-shutdown-now due.pml safety "-DNOPS=2 -DSHUTDOWN_NOW=0"
+
 # ---- mutations -----------------------------------------------------------------
 # Each mutation runs: the safety check with every invariant; the quiescence
 # check alone (NO_INVARIANTS); each LTL property alone (NO_INVARIANTS,
@@ -411,6 +416,15 @@ ltl-terminates|ltl|-DNO_INVARIANTS -DNO_WATCHDOG|terminates
 EOF
 done
 opt=-O2
+
+for bug in BUG_CLAIM_READ_THEN_WRITE BUG_START_WITHOUT_CAS BUG_CANCEL_STORES \
+    BUG_DROP_AT_COMPLETION BUG_GRAB_READS_UNLOCKED; do
+    selected "due/$bug/" || continue
+    header "mutation $bug (due.pml)"
+    mutation "due/$bug" due.pml "-D$bug" <<'EOF'
+safety|safety||
+EOF
+done
 
 echo
 echo "real model: $real_pass checks passed, $real_fail failed${failed_checks[*]:+ (${failed_checks[*]})}"
