@@ -54,6 +54,10 @@ chime__slab_alloc_locked(struct chime_slab *s)
     }
     chime__node_reused(t);
     s->free = *chime__node_link(t);
+    /* The next node is likely cold (freed by a worker on another core):
+     * fetch it while this one is filled in. */
+    if (s->free != NULL)
+        __builtin_prefetch(s->free, 1);
     return t;
 }
 

@@ -262,6 +262,9 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         if (rc != 1)
             return rc;
     }
+    /* The deadline's clock read happens before the lock: a time read
+     * during the call, and one less cache-missing wait inside it. */
+    int64_t now = chime__pool_now(p);
     CHIME_LOCK_POOL(&p->mu);
     struct chime_task *t = chime__slab_alloc_locked(&p->slab);
     if (t == NULL) {
@@ -293,9 +296,9 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         /* DISCARD_OLDEST made room: look again (the binding may have been
          * closed while the lock was dropped). */
         CHIME_LOCK_POOL(&p->mu);
+        now = chime__pool_now(p);
     }
 
-    int64_t now = chime__pool_now(p);
     if (loop != NULL) {
         /* Accepted (the slow path: a capacity, or a race with shutdown
          * lost by the shutdown): into its binding's timers. */
