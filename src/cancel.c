@@ -61,11 +61,13 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
             p->due_ghosts++;
     } else if (p->remove_on_cancel && (t->flags & CHIME_TF_INHEAP)) {
         /* Out of the queue for everyone at once (pending, contains,
-         * capacity); the slot is reclaimed lazily: at the head, or by
-         * a compaction once half the heap is such tasks, which makes
-         * cancel O(1) amortized instead of a sift through the heap. */
-        t->flags |= CHIME_TF_LAZY;
-        if (++p->heap.lazy >= 64 && p->heap.lazy * 2 > p->heap.len)
+         * capacity) and let go of now, while it is in this cache; its
+         * slot, detached, is reclaimed at the head or by a compaction
+         * once half the heap is such slots (which reads the slot array
+         * only): cancel is O(1) amortized, not a sift through the heap. */
+        chime__heap_detach(&p->heap, t);
+        chime__drop_locked(t, garbage);
+        if (p->heap.lazy >= 64 && p->heap.lazy * 2 > p->heap.len)
             chime__compact_locked(p, garbage);
     }
     /* Otherwise retained (remove_on_cancel off, Java's behaviour):

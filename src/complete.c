@@ -217,20 +217,22 @@ chime__task_drop_pool_ref(struct chime_task *t)
 }
 
 static int
-is_lazy(struct chime_task *t, int64_t deadline, void *arg)
+keep_all(struct chime_task *t, int64_t deadline, void *arg)
 {
+    (void)t;
     (void)deadline;
     (void)arg;
-    return (t->flags & CHIME_TF_LAZY) != 0;
+    return 0;
 }
 
 void
 chime__compact_locked(struct chime_pool *p, struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&p->mu);
+    /* The filter drops the detached slots by itself, reading no task. */
     struct chime_task *removed = NULL;
-    chime__heap_filter(&p->heap, is_lazy, NULL, &removed);
-    chime__cancel_list_locked(p, removed, garbage); /* all cancelled */
+    chime__heap_filter(&p->heap, keep_all, NULL, &removed);
+    chime__cancel_list_locked(p, removed, garbage); /* nothing */
     /* The head may have changed: the leader re-reads it. */
     chime__new_head_locked(p);
 }

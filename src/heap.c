@@ -4,6 +4,7 @@
 #include "task.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
 /* 4-ary: the four children of slot i are 4i+1..4i+4 and its parent is
@@ -21,10 +22,12 @@
 #define HEAP chime_heap
 #define SLOT chime_heap_slot
 #define FN(name) chime__heap_##name
+#define MARKS 1
 #include "heap_impl.h"
 
 /* A binding's heap: the slot also holds the task's timeout (touch). */
 #define HEAP chime_theap
 #define SLOT chime_theap_slot
 #define FN(name) chime__theap_##name
+#define MARKS 0
 #include "heap_impl.h"

@@ -14,10 +14,13 @@
  *   queued), so removing or re-keying an arbitrary task is O(log n).
  * - The array grows by half when full; it never shrinks below its initial
  *   size. Growing is the only operation that can fail (-ENOMEM).
- * - Lazy removal: a cancelled task may stay in its slot marked
- *   CHIME_TF_LAZY (counted in `lazy`) until it reaches the head or a
- *   compaction filters all of them out at once; every way out of the heap
- *   keeps the count right.
+ * - Lazy removal: a cancelled task's slot may stay (counted in `lazy`)
+ *   until it reaches the head or a compaction filters all of them out at
+ *   once; every way out of the heap keeps the count right. In the pool's
+ *   heap the slot is detached from its task (chime__heap_detach: bit 0 of
+ *   the slot's task pointer), so the task is let go of at once and the
+ *   compaction reads the slot array only; a binding's heap marks the task
+ *   CHIME_TF_LAZY instead.
  * - Not thread-safe: the pool mutex guards the heap and every heap_index.
  */
 #ifndef CHIME_HEAP_H
@@ -82,6 +85,11 @@ typedef struct chime_theap_slot {
 #define CHIME_HEAP_FN_(name) chime__heap_##name
 #define CHIME_THEAP_FN_(name) chime__theap_##name
 CHIME_HEAP_DECLARE(chime_heap, chime_heap_slot, CHIME_HEAP_FN_)
+/* The pool's heap only: t (queued) leaves the queue at once without a
+ * sift through the heap; its slot stays, detached (never dereferenced
+ * again, counted in lazy), until it reaches the head or a filter. t may
+ * be freed right after. */
+void chime__heap_detach(chime_heap *h, struct chime_task *t);
 CHIME_HEAP_DECLARE(chime_theap, chime_theap_slot, CHIME_THEAP_FN_)
 
 #endif

@@ -2,12 +2,25 @@
 /* The heap's code, included by heap.c once per slot type: HEAP is the heap
  * type, SLOT its slot type (a deadline and a task first, maybe more), and
  * FN(name) the name of each function. Not a header of its own. */
-/* (deadline, seq) order. Only ties read the tasks. */
+/* MARKS: the heap supports detached slots (FN(detach)): a slot whose task
+ * pointer has bit 0 set no longer belongs to its task, which may be gone;
+ * it is never dereferenced, and leaves when it reaches the head or at the
+ * next filter. Tasks are at least 8-byte aligned. */
+#if MARKS
+#define DETACHED(s) ((((uintptr_t)(s).task) & 1u) != 0)
+#else
+#define DETACHED(s) 0
+#endif
+
+/* (deadline, seq) order. Only ties read the tasks; among equal deadlines a
+ * detached slot comes first (it is dropped at the head). */
 static inline int
 FN(slot_less)(const SLOT *a, const SLOT *b)
 {
     if (a->deadline != b->deadline)
         return a->deadline < b->deadline;
+    if (DETACHED(*a) || DETACHED(*b))
+        return DETACHED(*a) && !DETACHED(*b);
     return (int32_t)(a->task->seq - b->task->seq) < 0;
 }
 
@@ -15,7 +28,8 @@ static inline void
 FN(place)(HEAP *h, uint32_t i, SLOT s)
 {
     h->slots[i] = s;
-    s.task->heap_index = i;
+    if (!DETACHED(s))
+        s.task->heap_index = i;
 }
 
 static void
@@ -139,6 +153,27 @@ FN(deadline)(const HEAP *h, const struct chime_task *t)
     return h->slots[t->heap_index].deadline;
 }
 
+/* Takes the slot at i out (its task, if any, already let go of). */
+static void
+FN(remove_at)(HEAP *h, uint32_t i)
+{
+    uint32_t last = --h->len;
+    if (i == last)
+        return;
+    FN(place)(h, i, h->slots[last]);
+    FN(fix)(h, i);
+}
+
+/* Drops detached slots from the head: the head is never one. */
+static void
+FN(trim)(HEAP *h)
+{
+    while (h->len != 0 && DETACHED(h->slots[0])) {
+        h->lazy--;
+        FN(remove_at)(h, 0);
+    }
+}
+
 void
 FN(remove)(HEAP *h, struct chime_task *t)
 {
@@ -149,16 +184,32 @@ FN(remove)(HEAP *h, struct chime_task *t)
     if (t->flags & CHIME_TF_LAZY)
         h->lazy--;
     t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
-    uint32_t last = --h->len;
-    if (i == last)
-        return;
-    FN(place)(h, i, h->slots[last]);
-    FN(fix)(h, i);
+    FN(remove_at)(h, i);
+    FN(trim)(h);
 }
+
+#if MARKS
+void
+FN(detach)(HEAP *h, struct chime_task *t)
+{
+    uint32_t i = t->heap_index;
+    CHIME_ASSERT((t->flags & CHIME_TF_INHEAP) && i < h->len &&
+                 h->slots[i].task == t);
+    h->slots[i].task = (struct chime_task *)((uintptr_t)t | 1u);
+    h->lazy++;
+    t->heap_index = CHIME_HEAP_NONE;
+    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+    FN(sift_up)(h, i); /* it now precedes live slots of its deadline */
+    FN(trim)(h);
+}
+#endif
 
 struct chime_task *
 FN(pop)(HEAP *h, int64_t *deadline)
 {
+    if (h->len == 0)
+        return NULL;
+    FN(trim)(h);
     if (h->len == 0)
         return NULL;
     struct chime_task *t = h->slots[0].task;
@@ -175,6 +226,7 @@ FN(update)(HEAP *h, struct chime_task *t, int64_t deadline)
     CHIME_ASSERT(i < h->len && h->slots[i].task == t);
     h->slots[i].deadline = deadline;
     FN(fix)(h, i);
+    FN(trim)(h);
 }
 
 uint32_t
@@ -185,6 +237,10 @@ FN(filter)(HEAP *h,
     uint32_t kept = 0, n = h->len;
     for (uint32_t i = 0; i < n; i++) {
         SLOT s = h->slots[i];
+        if (DETACHED(s)) {
+            h->lazy--; /* gone, not handed to anyone */
+            continue;
+        }
         if (drop(s.task, s.deadline, ctx)) {
             if (s.task->flags & CHIME_TF_LAZY)
                 h->lazy--;
@@ -208,8 +264,11 @@ FN(check)(const HEAP *h)
 {
     for (uint32_t i = 0; i < h->len; i++) {
         const SLOT *s = &h->slots[i];
-        if (s->task == NULL || s->task->heap_index != i ||
-            !(s->task->flags & CHIME_TF_INHEAP))
+        if (i == 0 && DETACHED(*s))
+            return -1; /* the head is never detached */
+        if (!DETACHED(*s) &&
+            (s->task == NULL || s->task->heap_index != i ||
+             !(s->task->flags & CHIME_TF_INHEAP)))
             return -1;
         if (i > 0 && FN(slot_less)(s, &h->slots[(i - 1) / ARITY]))
             return -1;
@@ -220,3 +279,5 @@ FN(check)(const HEAP *h)
 #undef HEAP
 #undef SLOT
 #undef FN
+#undef MARKS
+#undef DETACHED

@@ -299,6 +299,11 @@ chime__due_return_locked(struct chime_pool *p, struct chime_task **garbage)
             requeue_rearmed_locked(p, t, garbage);
             continue;
         }
+        if (lazy) {
+            /* Cancelled with remove_on_cancel: out of the queue already. */
+            chime__drop_locked(t, garbage);
+            continue;
+        }
         if (!final)
             chime__task_set_state(t, CHIME_TASK_PENDING);
         t->seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
@@ -308,9 +313,6 @@ chime__due_return_locked(struct chime_pool *p, struct chime_task **garbage)
             if (!final)
                 chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
             chime__drop_locked(t, garbage);
-        } else if (lazy) {
-            t->flags |= CHIME_TF_LAZY;
-            p->heap.lazy++;
         }
     }
 }

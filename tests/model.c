@@ -2700,8 +2700,9 @@ m_check_queue(m_rig *r)
     int heap_ok = chime__heap_check(&p->heap);
     for (uint32_t i = 0; i < p->heap.len; i++) {
         struct chime_task *t = p->heap.slots[i].task;
-        if (t->flags & CHIME_TF_LAZY)
-            continue; /* cancelled: out of the queue, slot reclaimed later */
+        if ((uintptr_t)t & 1u)
+            continue; /* detached (cancelled): out of the queue, its task
+                         let go of, the slot reclaimed later */
         m_arg *a = chime_task_arg(t);
         if (a == NULL || a->id < 0 || a->id >= M_MAX_TASKS)
             continue;
