@@ -256,12 +256,12 @@ chime__try_terminate_locked(struct chime_pool *p)
     CHIME_ASSERT_HELD(&p->mu);
     if (p->run_state != CHIME_POOL_SHUTDOWN && p->run_state != CHIME_POOL_STOP)
         return;
-    if (p->heap.len != 0) {
+    struct chime_task *head = chime__heap_peek(&p->heap);
+    if (head != NULL) {
         /* A cancelled task retained at the head (remove_on_cancel off)
          * may be all that is left: wake a worker to drop it now rather
          * than at its old deadline (never, with a custom clock). */
-        if (chime__state_is_final(
-                chime__task_state(chime__heap_peek(&p->heap))))
+        if (chime__state_is_final(chime__task_state(head)))
             chime__new_head_locked(p);
         return;
     }

@@ -62,9 +62,10 @@ typedef struct chime_theap_slot {
     int FN(reserve)(HEAP * h);                                                 \
     /* Inserts t with key (deadline, t->seq) and sets CHIME_TF_INHEAP. */     \
     int FN(push)(HEAP * h, struct chime_task * t, int64_t deadline);          \
-    /* The head task, or NULL when empty; its deadline (INT64_MAX). */        \
-    struct chime_task *FN(peek)(const HEAP *h);                                \
-    int64_t FN(peek_deadline)(const HEAP *h);                                  \
+    /* The head task, or NULL when empty; its deadline (INT64_MAX). Drop   \
+     * detached slots at the head first. */                                   \
+    struct chime_task *FN(peek)(HEAP * h);                                     \
+    int64_t FN(peek_deadline)(HEAP * h);                                       \
     /* The deadline of t, which must be in h. */                              \
     int64_t FN(deadline)(const HEAP *h, const struct chime_task *t);          \
     /* Removes and returns the head (NULL when empty). */                     \

@@ -24,6 +24,8 @@ FN(slot_less)(const SLOT *a, const SLOT *b)
     return (int32_t)(a->task->seq - b->task->seq) < 0;
 }
 
+static void FN(trim)(HEAP *h);
+
 static inline void
 FN(place)(HEAP *h, uint32_t i, SLOT s)
 {
@@ -134,15 +136,18 @@ FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
     return 0;
 }
 
+/* The head never shows a detached slot: those leave first. */
 struct chime_task *
-FN(peek)(const HEAP *h)
+FN(peek)(HEAP *h)
 {
+    FN(trim)(h);
     return h->len ? h->slots[0].task : NULL;
 }
 
 int64_t
-FN(peek_deadline)(const HEAP *h)
+FN(peek_deadline)(HEAP *h)
 {
+    FN(trim)(h);
     return h->len ? h->slots[0].deadline : INT64_MAX;
 }
 
@@ -185,7 +190,6 @@ FN(remove)(HEAP *h, struct chime_task *t)
         h->lazy--;
     t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
     FN(remove_at)(h, i);
-    FN(trim)(h);
 }
 
 #if MARKS
@@ -200,7 +204,6 @@ FN(detach)(HEAP *h, struct chime_task *t)
     t->heap_index = CHIME_HEAP_NONE;
     t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
     FN(sift_up)(h, i); /* it now precedes live slots of its deadline */
-    FN(trim)(h);
 }
 #endif
 
@@ -226,7 +229,6 @@ FN(update)(HEAP *h, struct chime_task *t, int64_t deadline)
     CHIME_ASSERT(i < h->len && h->slots[i].task == t);
     h->slots[i].deadline = deadline;
     FN(fix)(h, i);
-    FN(trim)(h);
 }
 
 uint32_t
@@ -264,8 +266,6 @@ FN(check)(const HEAP *h)
 {
     for (uint32_t i = 0; i < h->len; i++) {
         const SLOT *s = &h->slots[i];
-        if (i == 0 && DETACHED(*s))
-            return -1; /* the head is never detached */
         if (!DETACHED(*s) &&
             (s->task == NULL || s->task->heap_index != i ||
              !(s->task->flags & CHIME_TF_INHEAP)))

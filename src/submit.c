@@ -111,8 +111,9 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
          * retries the push after this returns 1. */
         if (reason == -EAGAIN && discard_loop_oldest_unlock(p))
             return 1;
-        if (reason == -EAGAIN && p->heap.len > 0) {
-            struct chime_task *head = chime__heap_peek(&p->heap);
+        struct chime_task *head =
+            reason == -EAGAIN ? chime__heap_peek(&p->heap) : NULL;
+        if (head != NULL) {
             if (chime__undefer_locked(&p->heap, head)) {
                 /* Not the nearest after all: moved; look again. */
                 pthread_mutex_unlock(&p->mu);

@@ -97,8 +97,10 @@ fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
     uint64_t head = atomic_load_explicit(&p->due_head, memory_order_acquire);
     uint64_t tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
     unsigned n = 0, live = 0;
-    while (tail - head < CHIME_DUE_CAP && p->heap.len != 0) {
+    while (tail - head < CHIME_DUE_CAP) {
         struct chime_task *t = chime__heap_peek(&p->heap);
+        if (t == NULL)
+            break;
         bool final = chime__state_is_final(chime__task_state(t));
         if (!(t->flags & CHIME_TF_LAZY) && chime__undefer_locked(&p->heap, t))
             continue;
@@ -259,7 +261,8 @@ requeue_rearmed_locked(struct chime_pool *p, struct chime_task *t,
 static bool
 heap_first_locked(struct chime_pool *p)
 {
-    if (p->heap.len == 0)
+    struct chime_task *top = chime__heap_peek(&p->heap);
+    if (top == NULL)
         return false;
     uint64_t last = atomic_load_explicit(&p->due_tail, memory_order_relaxed) - 1;
     struct chime_due_entry *e = &p->due[last % CHIME_DUE_CAP];
@@ -268,7 +271,7 @@ heap_first_locked(struct chime_pool *p)
     int64_t hd = chime__heap_peek_deadline(&p->heap);
     if (hd != d)
         return hd < d;
-    return (int32_t)(chime__heap_peek(&p->heap)->seq - seq) < 0;
+    return (int32_t)(top->seq - seq) < 0;
 }
 
 /* Puts the ring's unclaimed tasks back in the heap with their keys (a

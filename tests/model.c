@@ -2020,7 +2020,9 @@ m_gen_step(m_gen *g, m_step *st)
  *   each top-level operation the driver waits until the pool is quiescent:
  *   every run the model predicts has been logged by its callback, no
  *   callback is running (stats.running == 0, read under the pool lock, so
- *   the settle of the last run is done too), and, if tasks are queued, the
+ *   the settle of the last run is done too), the worker waits (idle or
+ *   timed waiters equal to the threads alive: it has nothing claimed from
+ *   the due ring in hand), and, if tasks are queued, the
  *   worker has read the clock at its current value (the clock function
  *   records the last value a worker read), so it has decided that nothing
  *   else is due. Then the logs, the stats, the queue and every handle are
@@ -2542,7 +2544,12 @@ m_quiesce(m_rig *r)
         chime_pool_stats s;
         chime_pool_get_stats(r->pool, &s);
         int64_t read = atomic_load(&r->worker_last_read);
-        if (s.running == 0 && (!need_read || read >= m->now))
+        /* And the worker waits (or has exited): it claims due tasks from
+         * the pool's due ring without the lock, so only its wait says it
+         * has nothing left in hand (a claimed cancelled one it has yet to
+         * drop, a re-armed one to put back). */
+        bool waiting = s.idle_waiters + s.timed_waiters == s.threads_alive;
+        if (s.running == 0 && waiting && (!need_read || read >= m->now))
             break;
         pthread_mutex_lock(&r->mu);
         bool extra = r->nlog > m->nlog;
