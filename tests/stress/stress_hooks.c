@@ -8,6 +8,8 @@
 #endif
 #include "stress.h"
 
+#include <sched.h>
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -303,8 +305,15 @@ void
 do_designated_shutdown(const char *who)
 {
     round_state *rs = G;
-    if (atomic_exchange(&rs->shutdown_claimed, true))
+    if (atomic_exchange(&rs->shutdown_claimed, true)) {
+        /* Another thread (a worker's killer task) makes the shutdown:
+         * returning before it is made would let the caller act on a pool
+         * that is not shut down yet (the end of the round, which then
+         * expects chime_loop_new to be refused). It never waits on us. */
+        while (atomic_load(&rs->shutdown_returned_ns) == 0)
+            sched_yield();
         return;
+    }
     int rc;
     if (rs->cfg.abrupt)
         atomic_fetch_add(&COV.shutdowns_now, 1);
