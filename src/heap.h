@@ -26,6 +26,7 @@
 #ifndef CHIME_HEAP_H
 #define CHIME_HEAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +49,18 @@ typedef struct chime_theap_slot {
 
 /* The same heap for either slot type (heap_impl.h instantiates it twice:
  * chime__heap_* for the pool, chime__theap_* for bindings). */
+/* The near window (pool heap only, chime__heap_near_enable): CHIME_NEAR_SLOTS
+ * buckets of 2^CHIME_NEAR_SHIFT ns each, one per slot of time ahead of the
+ * last opened one. A task due in the window goes into its bucket in O(1),
+ * unordered; a bucket moves into the array heap (its tasks keyed by
+ * (deadline, seq) there) only when its slot could hold the earliest task.
+ * So the array stays small (the imminent tasks) and a pop sifts through a
+ * few cached levels, while the order stays exact. A bucket entry's task
+ * has heap_index CHIME_NEAR_FLAG | bucket << 24 | position. */
+#define CHIME_NEAR_SHIFT 17 /* 131 us */
+#define CHIME_NEAR_SLOTS 128u /* a 16.8 ms window */
+#define CHIME_NEAR_FLAG UINT32_C(0x80000000)
+
 #define CHIME_HEAP_DECLARE(HEAP, SLOT, FN)                                     \
     typedef struct HEAP {                                                      \
         SLOT *slots; /* logical slot 0 (inside raw, aligned) */                \
@@ -55,6 +68,16 @@ typedef struct chime_theap_slot {
         uint32_t len;                                                          \
         uint32_t cap;                                                          \
         uint32_t lazy; /* cancelled, not yet taken out (CHIME_TF_LAZY) */      \
+        bool near_on;      /* the near window is used */                       \
+        uint32_t near_n;    /* bucket entries, detached ones included */       \
+        uint32_t near_lazy; /* detached bucket entries */                      \
+        int64_t near_cur;   /* the last opened slot */                         \
+        int64_t near_hint;  /* now, as the last pusher knew it */              \
+        uint64_t near_map[CHIME_NEAR_SLOTS / 64]; /* non-empty buckets */     \
+        struct {                                                               \
+            SLOT *v;                                                           \
+            uint32_t n, cap;                                                   \
+        } near[CHIME_NEAR_SLOTS];                                              \
     } HEAP;                                                                    \
     void FN(init)(HEAP * h);                                                   \
     void FN(free)(HEAP * h);                                                   \
@@ -91,6 +114,15 @@ CHIME_HEAP_DECLARE(chime_heap, chime_heap_slot, CHIME_HEAP_FN_)
  * again, counted in lazy), until it reaches the head or a filter. t may
  * be freed right after. */
 void chime__heap_detach(chime_heap *h, struct chime_task *t);
+/* The pool's heap only: use the near window from now on. */
+void chime__heap_near_enable(chime_heap *h);
+
+/* Tasks queued (cancelled ones that were detached not counted). */
+static inline uint32_t
+chime__heap_live(const chime_heap *h)
+{
+    return h->len - h->lazy + h->near_n - h->near_lazy;
+}
 CHIME_HEAP_DECLARE(chime_theap, chime_theap_slot, CHIME_THEAP_FN_)
 
 #endif

@@ -87,24 +87,38 @@ FN(init)(HEAP *h)
     h->len = 0;
     h->cap = 0;
     h->lazy = 0;
+    h->near_on = false;
+    h->near_n = 0;
+    h->near_lazy = 0;
+    h->near_cur = 0;
+    h->near_hint = 0;
+    memset(h->near_map, 0, sizeof(h->near_map));
+    memset(h->near, 0, sizeof(h->near));
 }
 
 void
 FN(free)(HEAP *h)
 {
     chime__free(h->raw);
+    for (uint32_t b = 0; b < CHIME_NEAR_SLOTS; b++)
+        chime__free(h->near[b].v);
     FN(init)(h);
 }
 
-int
-FN(reserve)(HEAP *h)
+/* Room for want slots in the array. */
+static int
+FN(reserve_n)(HEAP *h, uint32_t want)
 {
-    if (h->len < h->cap)
+    if (want <= h->cap)
         return 0;
-    /* Grow by half; heap_index is 32-bit and HEAP_NONE is reserved. */
-    if (h->cap >= UINT32_MAX / 2)
-        return -ENOMEM;
-    uint32_t ncap = h->cap < HEAP_MIN_CAP ? HEAP_MIN_CAP : h->cap + h->cap / 2;
+    /* Grow by half; heap_index is 32-bit (its top bit marks a bucket
+     * entry) and HEAP_NONE is reserved. */
+    uint32_t ncap = h->cap < HEAP_MIN_CAP ? HEAP_MIN_CAP : h->cap;
+    while (ncap < want) {
+        if (ncap >= UINT32_MAX / 4)
+            return -ENOMEM;
+        ncap += ncap / 2;
+    }
     /* Not realloc: the new block must be placed on the cache-line grid. */
     void *raw = chime__malloc((size_t)(ncap + PAD) * sizeof(SLOT) +
                               LINE);
@@ -122,9 +136,170 @@ FN(reserve)(HEAP *h)
 }
 
 int
+FN(reserve)(HEAP *h)
+{
+    return FN(reserve_n)(h, h->len + h->near_n + 1);
+}
+
+#if MARKS
+#define NEAR_MASK (CHIME_NEAR_SLOTS - 1u)
+#define NEAR_INDEX(b, i) (CHIME_NEAR_FLAG | ((uint32_t)(b) << 24) | (uint32_t)(i))
+#define NEAR_B(x) (((x) >> 24) & 0x7fu)
+#define NEAR_I(x) ((x) & 0xffffffu)
+
+static inline bool
+FN(in_near)(const struct chime_task *t)
+{
+    return (t->heap_index & CHIME_NEAR_FLAG) != 0 &&
+           t->heap_index != CHIME_HEAP_NONE;
+}
+
+void
+FN(near_enable)(HEAP *h)
+{
+    h->near_on = true;
+}
+
+/* Into the bucket of its slot if the slot is in the window: returns 0,
+ * 1 (not in the window: the array takes it) or -ENOMEM. */
+static int
+FN(near_push)(HEAP *h, struct chime_task *t, int64_t deadline)
+{
+    if (!h->near_on)
+        return 1;
+    int64_t s = deadline >> CHIME_NEAR_SHIFT;
+    if (h->near_n == 0)
+        h->near_cur = h->near_hint >> CHIME_NEAR_SHIFT; /* re-centred */
+    if (s <= h->near_cur || s - h->near_cur >= (int64_t)CHIME_NEAR_SLOTS)
+        return 1;
+    uint32_t b = (uint32_t)s & NEAR_MASK;
+    if (h->near[b].n >= 0xffffffu)
+        return 1;
+    /* Every bucket entry has its array slot reserved: opening a bucket
+     * never fails. */
+    int rc = FN(reserve_n)(h, h->len + h->near_n + 1);
+    if (rc != 0)
+        return rc;
+    if (h->near[b].n == h->near[b].cap) {
+        uint32_t ncap = h->near[b].cap ? h->near[b].cap * 2 : 16;
+        SLOT *nv = chime__realloc(h->near[b].v, (size_t)ncap * sizeof(SLOT));
+        if (nv == NULL)
+            return -ENOMEM;
+        h->near[b].v = nv;
+        h->near[b].cap = ncap;
+    }
+    uint32_t i = h->near[b].n++;
+    h->near[b].v[i].deadline = deadline;
+    h->near[b].v[i].task = t;
+    t->heap_index = NEAR_INDEX(b, i);
+    t->flags |= CHIME_TF_INHEAP;
+    h->near_n++;
+    h->near_map[b / 64] |= UINT64_C(1) << (b % 64);
+    return 0;
+}
+
+/* Takes the bucket entry of t out (t's flags untouched). */
+static void
+FN(near_take)(HEAP *h, struct chime_task *t)
+{
+    uint32_t b = NEAR_B(t->heap_index), i = NEAR_I(t->heap_index);
+    CHIME_ASSERT(i < h->near[b].n && h->near[b].v[i].task == t);
+    uint32_t last = --h->near[b].n;
+    if (i != last) {
+        SLOT e = h->near[b].v[last];
+        h->near[b].v[i] = e;
+        if (!DETACHED(e))
+            e.task->heap_index = NEAR_INDEX(b, i);
+    }
+    h->near_n--;
+    if (h->near[b].n == 0)
+        h->near_map[b / 64] &= ~(UINT64_C(1) << (b % 64));
+}
+
+/* The first non-empty bucket after near_cur, in time order. */
+static uint32_t
+FN(near_first)(const HEAP *h)
+{
+    uint32_t start = (uint32_t)(h->near_cur + 1) & NEAR_MASK;
+    for (uint32_t k = 0; k <= CHIME_NEAR_SLOTS / 64; k++) {
+        uint32_t pos = (start + k * 64) & NEAR_MASK;
+        uint32_t w = pos / 64, off = pos % 64;
+        uint64_t bits = h->near_map[w] >> off;
+        if (off && k < CHIME_NEAR_SLOTS / 64)
+            bits |= h->near_map[(w + 1) % (CHIME_NEAR_SLOTS / 64)]
+                    << (64 - off);
+        if (bits)
+            return (pos + (uint32_t)__builtin_ctzll(bits)) & NEAR_MASK;
+    }
+    CHIME_ASSERT(0);
+    return 0;
+}
+
+/* Opens into the array every bucket whose slot has come (by near_hint,
+ * the time the last caller read: then the window moves on) and, while the
+ * earliest bucket could hold the earliest task, that one too (the window
+ * stays: its slot may fill again); drops detached slots at the head.
+ * Then the array's head is the earliest queued task. */
+static void
+FN(normalize)(HEAP *h)
+{
+    FN(trim)(h);
+    int64_t now_slot = h->near_hint >> CHIME_NEAR_SHIFT;
+    while (h->near_n != 0) {
+        uint32_t b = FN(near_first)(h);
+        int64_t sb = h->near_cur + 1 +
+                     (int64_t)((b - ((uint32_t)(h->near_cur + 1) & NEAR_MASK)) &
+                               NEAR_MASK);
+        bool due = sb <= now_slot;
+        if (!due && h->len != 0 &&
+            h->slots[0].deadline < sb * (INT64_C(1) << CHIME_NEAR_SHIFT))
+            break;
+        uint32_t n = h->near[b].n;
+        for (uint32_t k = 0; k < n; k++) {
+            SLOT e = h->near[b].v[k];
+            if (DETACHED(e)) {
+                h->near_lazy--;
+                continue;
+            }
+            CHIME_ASSERT(h->len < h->cap);
+            uint32_t i = h->len++;
+            FN(place)(h, i, e);
+            FN(sift_up)(h, i);
+        }
+        h->near[b].n = 0;
+        h->near_n -= n;
+        h->near_map[b / 64] &= ~(UINT64_C(1) << (b % 64));
+        FN(trim)(h);
+    }
+    /* Every bucket up to now_slot is open: the window moves on. */
+    if (now_slot > h->near_cur)
+        h->near_cur = now_slot;
+}
+#else
+static inline bool
+FN(in_near)(const struct chime_task *t)
+{
+    (void)t;
+    return false;
+}
+#define FN_NORMALIZE(h) FN(trim)(h)
+#endif
+
+int
 FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
 {
-    int rc = FN(reserve)(h);
+#if MARKS
+    int nrc = FN(near_push)(h, t, deadline);
+    if (nrc == 0) {
+        /* It may be the earliest: then its bucket opens now, and a
+         * caller sees it at the head (heap_index 0) as with the array. */
+        FN(normalize)(h);
+        return 0;
+    }
+    if (nrc < 0)
+        return nrc;
+#endif
+    int rc = FN(reserve_n)(h, h->len + h->near_n + 1);
     if (rc != 0)
         return rc;
     uint32_t i = h->len++;
@@ -140,20 +315,35 @@ FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
 struct chime_task *
 FN(peek)(HEAP *h)
 {
+#if MARKS
+    FN(normalize)(h);
+#else
     FN(trim)(h);
+#endif
     return h->len ? h->slots[0].task : NULL;
 }
 
 int64_t
 FN(peek_deadline)(HEAP *h)
 {
+#if MARKS
+    FN(normalize)(h);
+#else
     FN(trim)(h);
+#endif
     return h->len ? h->slots[0].deadline : INT64_MAX;
 }
 
 int64_t
 FN(deadline)(const HEAP *h, const struct chime_task *t)
 {
+#if MARKS
+    if (FN(in_near)(t)) {
+        uint32_t b = NEAR_B(t->heap_index), i = NEAR_I(t->heap_index);
+        CHIME_ASSERT(i < h->near[b].n && h->near[b].v[i].task == t);
+        return h->near[b].v[i].deadline;
+    }
+#endif
     CHIME_ASSERT(t->heap_index < h->len && h->slots[t->heap_index].task == t);
     return h->slots[t->heap_index].deadline;
 }
@@ -182,6 +372,15 @@ FN(trim)(HEAP *h)
 void
 FN(remove)(HEAP *h, struct chime_task *t)
 {
+    CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
+#if MARKS
+    if (FN(in_near)(t)) {
+        FN(near_take)(h, t);
+        t->heap_index = CHIME_HEAP_NONE;
+        t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+        return;
+    }
+#endif
     uint32_t i = t->heap_index;
     CHIME_ASSERT((t->flags & CHIME_TF_INHEAP) && i < h->len &&
                  h->slots[i].task == t);
@@ -196,6 +395,15 @@ FN(remove)(HEAP *h, struct chime_task *t)
 void
 FN(detach)(HEAP *h, struct chime_task *t)
 {
+    if (FN(in_near)(t)) {
+        uint32_t b = NEAR_B(t->heap_index), k = NEAR_I(t->heap_index);
+        CHIME_ASSERT(k < h->near[b].n && h->near[b].v[k].task == t);
+        h->near[b].v[k].task = (struct chime_task *)((uintptr_t)t | 1u);
+        h->near_lazy++;
+        t->heap_index = CHIME_HEAP_NONE;
+        t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+        return;
+    }
     uint32_t i = t->heap_index;
     CHIME_ASSERT((t->flags & CHIME_TF_INHEAP) && i < h->len &&
                  h->slots[i].task == t);
@@ -210,9 +418,11 @@ FN(detach)(HEAP *h, struct chime_task *t)
 struct chime_task *
 FN(pop)(HEAP *h, int64_t *deadline)
 {
-    if (h->len == 0)
-        return NULL;
+#if MARKS
+    FN(normalize)(h);
+#else
     FN(trim)(h);
+#endif
     if (h->len == 0)
         return NULL;
     struct chime_task *t = h->slots[0].task;
@@ -225,6 +435,18 @@ FN(pop)(HEAP *h, int64_t *deadline)
 void
 FN(update)(HEAP *h, struct chime_task *t, int64_t deadline)
 {
+#if MARKS
+    if (FN(in_near)(t)) {
+        /* Out of its bucket, in again where the new key belongs (room
+         * for it was reserved: it cannot fail). */
+        FN(near_take)(h, t);
+        t->flags &= (uint8_t)~CHIME_TF_INHEAP;
+        int rc = FN(push)(h, t, deadline);
+        CHIME_ASSERT(rc == 0);
+        (void)rc;
+        return;
+    }
+#endif
     uint32_t i = t->heap_index;
     CHIME_ASSERT(i < h->len && h->slots[i].task == t);
     h->slots[i].deadline = deadline;
@@ -258,7 +480,33 @@ FN(filter)(HEAP *h,
     if (kept > 1)
         for (uint32_t i = (kept - 2) / ARITY + 1; i-- > 0;)
             FN(sift_down)(h, i); /* from the last parent, (kept-2)/ARITY, up */
-    return n - kept;
+    uint32_t gone = n - kept;
+#if MARKS
+    for (uint32_t b = 0; b < CHIME_NEAR_SLOTS; b++) {
+        uint32_t bk = 0, bn = h->near[b].n;
+        for (uint32_t i = 0; i < bn; i++) {
+            SLOT e = h->near[b].v[i];
+            if (DETACHED(e)) {
+                h->near_lazy--;
+            } else if (drop(e.task, e.deadline, ctx)) {
+                e.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+                e.task->next = *removed;
+                *removed = e.task;
+            } else {
+                h->near[b].v[bk] = e;
+                e.task->heap_index = NEAR_INDEX(b, bk);
+                bk++;
+                continue;
+            }
+            gone++;
+        }
+        h->near[b].n = bk;
+        h->near_n -= bn - bk;
+        if (bk == 0)
+            h->near_map[b / 64] &= ~(UINT64_C(1) << (b % 64));
+    }
+#endif
+    return gone;
 }
 
 int
@@ -273,6 +521,31 @@ FN(check)(const HEAP *h)
         if (i > 0 && FN(slot_less)(s, &h->slots[(i - 1) / ARITY]))
             return -1;
     }
+#if MARKS
+    uint32_t total = 0, lazy = 0;
+    for (uint32_t b = 0; b < CHIME_NEAR_SLOTS; b++) {
+        bool bit = (h->near_map[b / 64] >> (b % 64)) & 1u;
+        if (bit != (h->near[b].n != 0))
+            return -1;
+        for (uint32_t i = 0; i < h->near[b].n; i++) {
+            const SLOT *e = &h->near[b].v[i];
+            total++;
+            if (DETACHED(*e)) {
+                lazy++;
+                continue;
+            }
+            if (e->task->heap_index != NEAR_INDEX(b, i) ||
+                !(e->task->flags & CHIME_TF_INHEAP))
+                return -1;
+            int64_t sl = e->deadline >> CHIME_NEAR_SHIFT;
+            if (sl <= h->near_cur || sl - h->near_cur >= (int64_t)CHIME_NEAR_SLOTS ||
+                ((uint32_t)sl & NEAR_MASK) != b)
+                return -1;
+        }
+    }
+    if (total != h->near_n || lazy != h->near_lazy)
+        return -1;
+#endif
     return 0;
 }
 
@@ -281,3 +554,8 @@ FN(check)(const HEAP *h)
 #undef FN
 #undef MARKS
 #undef DETACHED
+#undef NEAR_MASK
+#undef NEAR_INDEX
+#undef NEAR_B
+#undef NEAR_I
+#undef FN_NORMALIZE

@@ -74,6 +74,7 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
         }
     }
     chime__heap_init(&p->heap);
+    chime__heap_near_enable(&p->heap);
     p->run_state = CHIME_POOL_RUNNING;
     p->core = opts->threads;
     p->max_pending = opts->max_pending;
@@ -175,7 +176,7 @@ chime_pool_set_threads(chime_pool *p, unsigned n)
     if (p->leader)
         pthread_cond_signal(&p->leader_cv);
     int spawn_n = 0;
-    while (p->run_state == CHIME_POOL_RUNNING && p->heap.len > (size_t)spawn_n &&
+    while (p->run_state == CHIME_POOL_RUNNING && chime__heap_live(&p->heap) > (size_t)spawn_n &&
            p->nthreads < p->core) {
         p->nthreads++;
         spawn_n++;
@@ -415,9 +416,10 @@ chime_pool_purge(chime_pool *p)
     CHIME_LOCK_POOL(&p->mu);
     /* Cancelled tasks in the due ring go too: back to the heap first. */
     chime__due_return_locked(p, &garbage);
-    uint32_t lazy = p->heap.lazy;
+    uint32_t lazy = p->heap.lazy + p->heap.near_lazy;
     uint32_t n = chime__heap_filter(&p->heap, is_cancelled, NULL, &removed);
-    n -= lazy - p->heap.lazy; /* those were out of the queue already */
+    /* Detached ones were out of the queue already. */
+    n -= lazy - (p->heap.lazy + p->heap.near_lazy);
     chime__cancel_list_locked(p, removed, &garbage); /* all cancelled */
     struct chime_list *ln;
     chime__list_for_each(ln, &p->loops)
@@ -446,7 +448,7 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
         return -ECHILD;
     CHIME_LOCK_POOL(&p->mu);
     *out = p->st;
-    out->pending = p->heap.len - p->heap.lazy + atomic_load(&p->due_live) +
+    out->pending = chime__heap_live(&p->heap) + atomic_load(&p->due_live) +
                    p->due_ghosts;
     out->threads_alive = p->nlive;
     /* Runs of workers: their own counters (worker.c). */

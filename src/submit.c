@@ -191,7 +191,7 @@ static size_t
 pending_locked(struct chime_pool *p)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    size_t n = p->heap.len - p->heap.lazy + atomic_load(&p->due_live) +
+    size_t n = chime__heap_live(&p->heap) + atomic_load(&p->due_live) +
                p->due_ghosts;
     struct chime_list *ln;
     chime__list_for_each(ln, &p->loops)
@@ -319,6 +319,7 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         return 0;
     }
     t->seq = p->next_seq++;
+    p->heap.near_hint = now;
     if (chime__heap_push(&p->heap, t, chime__deadline_after(now, delay)) !=
         0) {
         pthread_mutex_unlock(&p->mu);

@@ -336,7 +336,9 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
         /* Surplus workers leave (core lowered, or the on-demand worker of
          * a zero-core pool). A zero-core pool keeps one while tasks wait. */
         unsigned keep =
-            p->core ? p->core : (p->heap.len || avail ? 1 : 0);
+            p->core ? p->core
+                    : (chime__heap_live(&p->heap) || p->heap.len || avail ? 1
+                                                                         : 0);
         if (p->nthreads > keep)
             break;
         if (avail != 0) {
@@ -370,13 +372,17 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
             continue;
         }
         int64_t deadline = chime__heap_peek_deadline(&p->heap);
-        if (deadline > now)
+        if (deadline > now) {
             now = chime__pool_now(p);
+            /* The near window's buckets open as their time comes. */
+            p->heap.near_hint = now;
+            deadline = chime__heap_peek_deadline(&p->heap);
+        }
         if (deadline <= now) {
             unsigned n = fill_due_locked(p, w, now);
             /* Leadership passes on if tasks remain with nobody timing
              * them; or one more worker helps with a batch. */
-            if ((p->leader == NULL && p->heap.len != 0) || n > 1)
+            if ((p->leader == NULL && p->heap.len + p->heap.near_n != 0) || n > 1)
                 pthread_cond_signal(&p->follower_cv);
             return true;
         }
@@ -421,7 +427,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
         now = INT64_MIN;
     }
     p->nthreads--;
-    if (p->leader == NULL && p->heap.len != 0)
+    if (p->leader == NULL && p->heap.len + p->heap.near_n != 0)
         pthread_cond_signal(&p->follower_cv);
     return false;
 }
@@ -448,6 +454,8 @@ queue_again_locked(struct chime_pool *p, struct chime_task *t,
         return;
     }
     t->seq = seq ? *seq : p->next_seq++;
+    if (now != INT64_MAX)
+        p->heap.near_hint = now;
     if (chime__heap_push(&p->heap, t, deadline) != 0) {
         /* The queue could not grow to take the task back. */
         chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);

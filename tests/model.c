@@ -2718,6 +2718,20 @@ m_check_queue(m_rig *r)
         due[a->id] = chime__queued_deadline(&p->heap, t);
         nlive += where[a->id] == 'l';
     }
+    /* The near window's buckets (heap.h): queued, unordered there. */
+    for (uint32_t b = 0; b < CHIME_NEAR_SLOTS; b++)
+        for (uint32_t i = 0; i < p->heap.near[b].n; i++) {
+            struct chime_task *t = p->heap.near[b].v[i].task;
+            if ((uintptr_t)t & 1u)
+                continue; /* detached */
+            m_arg *a = chime_task_arg(t);
+            if (a == NULL || a->id < 0 || a->id >= M_MAX_TASKS)
+                continue;
+            dup += where[a->id] != 0;
+            where[a->id] = chime_task_is_done(t) ? 'g' : 'l';
+            due[a->id] = chime__queued_deadline(&p->heap, t);
+            nlive += where[a->id] == 'l';
+        }
     /* The due ring (worker.c): due tasks no worker claimed yet are still
      * queued, in order after the heap's none (they were due first). */
     uint64_t dh = atomic_load(&p->due_head), dt = atomic_load(&p->due_tail);
