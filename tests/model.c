@@ -597,6 +597,9 @@ m_filter(m_model *m)
     }
 }
 
+/* Appends a log entry and returns its index. It may move m->log: hold
+ * indices, never pointers or lvalues into it, across anything that can run
+ * a callback. */
 static size_t
 m_log_push(m_model *m, int id, int run)
 {
@@ -1160,7 +1163,11 @@ m_run_on_worker(m_model *m, int id)
     m->current = id;
     if (run == t->s.act_on) {
         int nid = -1;
-        m->log[li].act_rc = m_apply(m, &t->s.act, id, &nid);
+        /* Not m->log[li].act_rc = m_apply(...): the operation can log runs
+         * (m_log_push may move m->log), and C leaves unsequenced whether
+         * the left side's address is taken before the call. */
+        int act_rc = m_apply(m, &t->s.act, id, &nid);
+        m->log[li].act_rc = act_rc;
         m->log[li].new_id = nid;
     }
     m_log_end(m, li, id, false);
@@ -1238,7 +1245,10 @@ m_run_on_loop(m_model *m, int id)
     l->current = id;
     if (run == t->s.act_on) {
         int nid = -1;
-        m->log[li].act_rc = m_apply(m, &t->s.act, id, &nid);
+        /* As in m_run_on_worker: a nested dispatch logs runs and may move
+         * m->log, so the result is stored only after the call. */
+        int act_rc = m_apply(m, &t->s.act, id, &nid);
+        m->log[li].act_rc = act_rc;
         m->log[li].new_id = nid;
         m_run_due(m);
         m->log[li].sync_to = m->nlog;
