@@ -108,7 +108,17 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
     switch (p->reject_policy) {
     case CHIME_REJECT_DISCARD_OLDEST:
         /* Only a full queue has an oldest task to give up; the caller
-         * retries the push after this returns 1. */
+         * retries the push after this returns 1. Due tasks no worker has
+         * claimed yet have not started: back to the heap with the rest. */
+        if (reason == -EAGAIN) {
+            chime__due_return_locked(p, &garbage);
+            if (garbage != NULL) {
+                /* It let go of some (cancelled ones): look again. */
+                pthread_mutex_unlock(&p->mu);
+                chime__free_garbage(garbage);
+                return 1;
+            }
+        }
         if (reason == -EAGAIN && discard_loop_oldest_unlock(p))
             return 1;
         struct chime_task *head =

@@ -401,7 +401,10 @@ CHIME_EXPORT int chime_pool_purge(chime_pool *pool);
 
 typedef struct chime_pool_stats {
     size_t pending;            /* queued, including retained cancelled */
-    size_t running;            /* callbacks executing now */
+    size_t running;            /* callbacks executing now (a worker counts
+                                  one from the start of a run until it
+                                  is settled; also while it puts back a
+                                  task re-armed before it started) */
     uint64_t submitted;        /* tasks accepted (Java taskCount basis) */
     uint64_t completed;        /* executions that returned (each periodic
                                   run counts) */
@@ -417,10 +420,23 @@ typedef struct chime_pool_stats {
     unsigned idle_waiters;     /* workers in an untimed wait now */
     unsigned max_timed_waiters;/* high-water mark of timed_waiters */
     uint64_t timed_waits;      /* timed waits started so far */
-    int64_t max_lateness_ns;   /* worst start - deadline seen */
+    int64_t max_lateness_ns;   /* worst start - deadline seen by the
+                                  workers. Workers take due tasks in
+                                  batches (up to 64): with the system
+                                  clock a task's start is taken as the
+                                  time its batch was taken (one clock
+                                  read per batch), which may be earlier
+                                  than its run; with a custom clock, the
+                                  clock at its start. W3 in
+                                  docs/benchmarks.md measures real
+                                  lateness. */
 } chime_pool_stats;
 
-/* Fills *out with a consistent snapshot. Returns 0 or -EINVAL.
+/* Fills *out with a snapshot taken under the pool's lock: pending,
+ * submitted, cancelled and the thread counts are consistent with each
+ * other; completed and running include the workers' own counters, which
+ * they update without the lock (a run is counted before its task is seen
+ * done). Returns 0 or -EINVAL.
  * Thread-safety: any thread. */
 CHIME_EXPORT int chime_pool_get_stats(chime_pool *pool, chime_pool_stats *out);
 
