@@ -293,7 +293,9 @@ FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
     if (nrc == 0) {
         /* It may be the earliest: then its bucket opens now, and a
          * caller sees it at the head (heap_index 0) as with the array. */
-        FN(normalize)(h);
+        FN(trim)(h);
+        if (h->len == 0 || deadline < h->slots[0].deadline)
+            FN(normalize)(h);
         return 0;
     }
     if (nrc < 0)
