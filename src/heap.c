@@ -4,6 +4,7 @@
 #include "task.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 

@@ -55,11 +55,16 @@ typedef struct chime_theap_slot {
  * unordered; a bucket moves into the array heap (its tasks keyed by
  * (deadline, seq) there) only when its slot could hold the earliest task.
  * So the array stays small (the imminent tasks) and a pop sifts through a
- * few cached levels, while the order stays exact. A bucket entry's task
- * has heap_index CHIME_NEAR_FLAG | bucket << 24 | position. */
+ * few cached levels, while the order stays exact. A bucket whose time has
+ * come is sorted once into a run, consumed in order from its front (the
+ * head is the earlier of the array's and the first run's). A bucket entry's
+ * task has heap_index CHIME_NEAR_FLAG | bucket << 22 | position; a run
+ * entry's CHIME_NEAR_FLAG | CHIME_NEAR_RUN | run << 22 | position. */
 #define CHIME_NEAR_SHIFT 17 /* 131 us */
 #define CHIME_NEAR_SLOTS 128u /* a 16.8 ms window */
+#define CHIME_NEAR_RUNS 256u  /* sorted runs waiting to be consumed */
 #define CHIME_NEAR_FLAG UINT32_C(0x80000000)
+#define CHIME_NEAR_RUN UINT32_C(0x40000000)
 
 #define CHIME_HEAP_DECLARE(HEAP, SLOT, FN)                                     \
     typedef struct HEAP {                                                      \
@@ -78,6 +83,13 @@ typedef struct chime_theap_slot {
             SLOT *v;                                                           \
             uint32_t n, cap;                                                   \
         } near[CHIME_NEAR_SLOTS];                                              \
+        uint32_t run_head, run_count; /* the runs' ring */                    \
+        uint32_t run_n;    /* run entries not consumed, tombstones incl. */   \
+        uint32_t run_lazy; /* tombstones among them */                         \
+        struct {                                                               \
+            SLOT *v;                                                           \
+            uint32_t n, pos, cap;                                              \
+        } run[CHIME_NEAR_RUNS];                                                \
     } HEAP;                                                                    \
     void FN(init)(HEAP * h);                                                   \
     void FN(free)(HEAP * h);                                                   \
@@ -121,7 +133,8 @@ void chime__heap_near_enable(chime_heap *h);
 static inline uint32_t
 chime__heap_live(const chime_heap *h)
 {
-    return h->len - h->lazy + h->near_n - h->near_lazy;
+    return h->len - h->lazy + h->near_n - h->near_lazy + h->run_n -
+           h->run_lazy;
 }
 CHIME_HEAP_DECLARE(chime_theap, chime_theap_slot, CHIME_THEAP_FN_)
 

@@ -94,6 +94,11 @@ FN(init)(HEAP *h)
     h->near_hint = 0;
     memset(h->near_map, 0, sizeof(h->near_map));
     memset(h->near, 0, sizeof(h->near));
+    h->run_head = 0;
+    h->run_count = 0;
+    h->run_n = 0;
+    h->run_lazy = 0;
+    memset(h->run, 0, sizeof(h->run));
 }
 
 void
@@ -102,6 +107,8 @@ FN(free)(HEAP *h)
     chime__free(h->raw);
     for (uint32_t b = 0; b < CHIME_NEAR_SLOTS; b++)
         chime__free(h->near[b].v);
+    for (uint32_t r = 0; r < CHIME_NEAR_RUNS; r++)
+        chime__free(h->run[r].v);
     FN(init)(h);
 }
 
@@ -143,15 +150,107 @@ FN(reserve)(HEAP *h)
 
 #if MARKS
 #define NEAR_MASK (CHIME_NEAR_SLOTS - 1u)
-#define NEAR_INDEX(b, i) (CHIME_NEAR_FLAG | ((uint32_t)(b) << 24) | (uint32_t)(i))
-#define NEAR_B(x) (((x) >> 24) & 0x7fu)
-#define NEAR_I(x) ((x) & 0xffffffu)
+#define NEAR_INDEX(b, i) (CHIME_NEAR_FLAG | ((uint32_t)(b) << 22) | (uint32_t)(i))
+#define RUN_INDEX(r, i)                                                        \
+    (CHIME_NEAR_FLAG | CHIME_NEAR_RUN | ((uint32_t)(r) << 22) | (uint32_t)(i))
+#define NEAR_B(x) (((x) >> 22) & 0xffu)
+#define NEAR_I(x) ((x) & 0x3fffffu)
+#define NEAR_MAX 0x3fffffu
+#define RUN_MASK (CHIME_NEAR_RUNS - 1u)
+#define TOMB ((struct chime_task *)(uintptr_t)1)
 
+/* In a bucket (not the array, not a run). */
 static inline bool
 FN(in_near)(const struct chime_task *t)
 {
-    return (t->heap_index & CHIME_NEAR_FLAG) != 0 &&
+    return (t->heap_index & (CHIME_NEAR_FLAG | CHIME_NEAR_RUN)) ==
+               CHIME_NEAR_FLAG &&
            t->heap_index != CHIME_HEAP_NONE;
+}
+
+static inline bool
+FN(in_run)(const struct chime_task *t)
+{
+    return (t->heap_index & (CHIME_NEAR_FLAG | CHIME_NEAR_RUN)) ==
+               (CHIME_NEAR_FLAG | CHIME_NEAR_RUN) &&
+           t->heap_index != CHIME_HEAP_NONE;
+}
+
+/* The first live entry of the first run (consumed tombstones dropped,
+ * exhausted runs retired), or NULL. */
+static SLOT *
+FN(run_front)(HEAP *h)
+{
+    while (h->run_count != 0) {
+        uint32_t r = h->run_head;
+        while (h->run[r].pos < h->run[r].n &&
+               DETACHED(h->run[r].v[h->run[r].pos])) {
+            h->run[r].pos++;
+            h->run_n--;
+            h->run_lazy--;
+        }
+        if (h->run[r].pos < h->run[r].n)
+            return &h->run[r].v[h->run[r].pos];
+        h->run[r].n = h->run[r].pos = 0;
+        h->run_head = (r + 1) & RUN_MASK;
+        h->run_count--;
+    }
+    return NULL;
+}
+
+/* A run entry becomes a tombstone: the run lets go of its task. */
+static void
+FN(run_tomb)(HEAP *h, struct chime_task *t)
+{
+    uint32_t r = NEAR_B(t->heap_index), i = NEAR_I(t->heap_index);
+    CHIME_ASSERT(i < h->run[r].n && h->run[r].v[i].task == t);
+    h->run[r].v[i].task = TOMB;
+    h->run_lazy++;
+}
+
+static int
+FN(entry_cmp)(const void *a, const void *b)
+{
+    const SLOT *x = a, *y = b;
+    return FN(slot_less)(x, y) ? -1 : FN(slot_less)(y, x) ? 1 : 0;
+}
+
+/* A bucket whose time has come becomes a run: its live entries sorted by
+ * (deadline, seq), consumed from the front. Returns false (nothing done)
+ * when the runs' ring is full. */
+static bool
+FN(open_as_run)(HEAP *h, uint32_t b)
+{
+    if (h->run_count == CHIME_NEAR_RUNS)
+        return false;
+    uint32_t r = (h->run_head + h->run_count) & RUN_MASK;
+    /* The bucket's storage becomes the run's; the bucket takes the run
+     * slot's (consumed) storage for its later entries. */
+    SLOT *v = h->near[b].v;
+    uint32_t n = h->near[b].n, cap = h->near[b].cap;
+    h->near[b].v = h->run[r].v;
+    h->near[b].cap = h->run[r].cap;
+    h->near[b].n = 0;
+    h->near_map[b / 64] &= ~(UINT64_C(1) << (b % 64));
+    h->near_n -= n;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (DETACHED(v[i]))
+            h->near_lazy--;
+        else
+            v[k++] = v[i];
+    }
+    if (k > 1)
+        qsort(v, k, sizeof(*v), FN(entry_cmp));
+    for (uint32_t i = 0; i < k; i++)
+        v[i].task->heap_index = RUN_INDEX(r, i);
+    h->run[r].v = v;
+    h->run[r].cap = cap;
+    h->run[r].n = k;
+    h->run[r].pos = 0;
+    h->run_n += k;
+    h->run_count++;
+    return true;
 }
 
 void
@@ -168,12 +267,12 @@ FN(near_push)(HEAP *h, struct chime_task *t, int64_t deadline)
     if (!h->near_on)
         return 1;
     int64_t s = deadline >> CHIME_NEAR_SHIFT;
-    if (h->near_n == 0)
-        h->near_cur = h->near_hint >> CHIME_NEAR_SHIFT; /* re-centred */
+    if (h->near_n == 0 && (h->near_hint >> CHIME_NEAR_SHIFT) > h->near_cur)
+        h->near_cur = h->near_hint >> CHIME_NEAR_SHIFT; /* catches up */
     if (s <= h->near_cur || s - h->near_cur >= (int64_t)CHIME_NEAR_SLOTS)
         return 1;
     uint32_t b = (uint32_t)s & NEAR_MASK;
-    if (h->near[b].n >= 0xffffffu)
+    if (h->near[b].n >= NEAR_MAX)
         return 1;
     /* Every bucket entry has its array slot reserved: opening a bucket
      * never fails. */
@@ -251,9 +350,16 @@ FN(normalize)(HEAP *h)
                      (int64_t)((b - ((uint32_t)(h->near_cur + 1) & NEAR_MASK)) &
                                NEAR_MASK);
         bool due = sb <= now_slot;
-        if (!due && h->len != 0 &&
-            h->slots[0].deadline < sb * (INT64_C(1) << CHIME_NEAR_SHIFT))
-            break;
+        if (!due) {
+            int64_t start = sb * (INT64_C(1) << CHIME_NEAR_SHIFT);
+            if (h->len != 0 && h->slots[0].deadline < start)
+                break;
+            SLOT *rf = FN(run_front)(h);
+            if (rf != NULL && rf->deadline < start)
+                break;
+        } else if (FN(open_as_run)(h, b)) {
+            continue;
+        }
         uint32_t n = h->near[b].n;
         for (uint32_t k = 0; k < n; k++) {
             SLOT e = h->near[b].v[k];
@@ -313,27 +419,34 @@ FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
     return 0;
 }
 
-/* The head never shows a detached slot: those leave first. */
-struct chime_task *
-FN(peek)(HEAP *h)
+/* The earliest entry: the array's head or the first run's front, or
+ * NULL. Never a detached slot: those leave first. */
+static SLOT *
+FN(front)(HEAP *h)
 {
 #if MARKS
     FN(normalize)(h);
+    SLOT *rf = FN(run_front)(h);
+    if (rf != NULL && (h->len == 0 || FN(slot_less)(rf, &h->slots[0])))
+        return rf;
 #else
     FN(trim)(h);
 #endif
-    return h->len ? h->slots[0].task : NULL;
+    return h->len ? &h->slots[0] : NULL;
+}
+
+struct chime_task *
+FN(peek)(HEAP *h)
+{
+    SLOT *f = FN(front)(h);
+    return f ? f->task : NULL;
 }
 
 int64_t
 FN(peek_deadline)(HEAP *h)
 {
-#if MARKS
-    FN(normalize)(h);
-#else
-    FN(trim)(h);
-#endif
-    return h->len ? h->slots[0].deadline : INT64_MAX;
+    SLOT *f = FN(front)(h);
+    return f ? f->deadline : INT64_MAX;
 }
 
 int64_t
@@ -344,6 +457,11 @@ FN(deadline)(const HEAP *h, const struct chime_task *t)
         uint32_t b = NEAR_B(t->heap_index), i = NEAR_I(t->heap_index);
         CHIME_ASSERT(i < h->near[b].n && h->near[b].v[i].task == t);
         return h->near[b].v[i].deadline;
+    }
+    if (FN(in_run)(t)) {
+        uint32_t r = NEAR_B(t->heap_index), i = NEAR_I(t->heap_index);
+        CHIME_ASSERT(i < h->run[r].n && h->run[r].v[i].task == t);
+        return h->run[r].v[i].deadline;
     }
 #endif
     CHIME_ASSERT(t->heap_index < h->len && h->slots[t->heap_index].task == t);
@@ -376,8 +494,11 @@ FN(remove)(HEAP *h, struct chime_task *t)
 {
     CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
 #if MARKS
-    if (FN(in_near)(t)) {
-        FN(near_take)(h, t);
+    if (FN(in_near)(t) || FN(in_run)(t)) {
+        if (FN(in_near)(t))
+            FN(near_take)(h, t);
+        else
+            FN(run_tomb)(h, t); /* a sorted run keeps its order */
         t->heap_index = CHIME_HEAP_NONE;
         t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
         return;
@@ -397,6 +518,12 @@ FN(remove)(HEAP *h, struct chime_task *t)
 void
 FN(detach)(HEAP *h, struct chime_task *t)
 {
+    if (FN(in_run)(t)) {
+        FN(run_tomb)(h, t);
+        t->heap_index = CHIME_HEAP_NONE;
+        t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+        return;
+    }
     if (FN(in_near)(t)) {
         uint32_t b = NEAR_B(t->heap_index), k = NEAR_I(t->heap_index);
         CHIME_ASSERT(k < h->near[b].n && h->near[b].v[k].task == t);
@@ -420,16 +547,22 @@ FN(detach)(HEAP *h, struct chime_task *t)
 struct chime_task *
 FN(pop)(HEAP *h, int64_t *deadline)
 {
-#if MARKS
-    FN(normalize)(h);
-#else
-    FN(trim)(h);
-#endif
-    if (h->len == 0)
+    SLOT *f = FN(front)(h);
+    if (f == NULL)
         return NULL;
-    struct chime_task *t = h->slots[0].task;
+    struct chime_task *t = f->task;
     if (deadline)
-        *deadline = h->slots[0].deadline;
+        *deadline = f->deadline;
+#if MARKS
+    if (f != &h->slots[0]) {
+        /* The first run's front: consumed in place. */
+        h->run[h->run_head].pos++;
+        h->run_n--;
+        t->heap_index = CHIME_HEAP_NONE;
+        t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+        return t;
+    }
+#endif
     FN(remove)(h, t);
     return t;
 }
@@ -438,10 +571,13 @@ void
 FN(update)(HEAP *h, struct chime_task *t, int64_t deadline)
 {
 #if MARKS
-    if (FN(in_near)(t)) {
-        /* Out of its bucket, in again where the new key belongs (room
-         * for it was reserved: it cannot fail). */
-        FN(near_take)(h, t);
+    if (FN(in_near)(t) || FN(in_run)(t)) {
+        /* Out of its bucket or run, in again where the new key belongs
+         * (room for it was reserved: it cannot fail). */
+        if (FN(in_near)(t))
+            FN(near_take)(h, t);
+        else
+            FN(run_tomb)(h, t);
         t->flags &= (uint8_t)~CHIME_TF_INHEAP;
         int rc = FN(push)(h, t, deadline);
         CHIME_ASSERT(rc == 0);
@@ -507,6 +643,31 @@ FN(filter)(HEAP *h,
         if (bk == 0)
             h->near_map[b / 64] &= ~(UINT64_C(1) << (b % 64));
     }
+    for (uint32_t j = 0; j < h->run_count; j++) {
+        uint32_t r = (h->run_head + j) & RUN_MASK;
+        uint32_t k = 0;
+        for (uint32_t i = h->run[r].pos; i < h->run[r].n; i++) {
+            SLOT e = h->run[r].v[i];
+            h->run_n--;
+            if (DETACHED(e)) {
+                h->run_lazy--;
+                continue;
+            }
+            if (drop(e.task, e.deadline, ctx)) {
+                e.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+                e.task->next = *removed;
+                *removed = e.task;
+                gone++;
+                continue;
+            }
+            h->run[r].v[k] = e; /* in order: the run stays sorted */
+            e.task->heap_index = RUN_INDEX(r, k);
+            k++;
+            h->run_n++;
+        }
+        h->run[r].pos = 0;
+        h->run[r].n = k;
+    }
 #endif
     return gone;
 }
@@ -547,6 +708,28 @@ FN(check)(const HEAP *h)
     }
     if (total != h->near_n || lazy != h->near_lazy)
         return -1;
+    total = lazy = 0;
+    const SLOT *prev = NULL;
+    for (uint32_t j = 0; j < h->run_count; j++) {
+        uint32_t r = (h->run_head + j) & RUN_MASK;
+        for (uint32_t i = h->run[r].pos; i < h->run[r].n; i++) {
+            const SLOT *e = &h->run[r].v[i];
+            total++;
+            if (DETACHED(*e)) {
+                lazy++;
+                continue;
+            }
+            if (e->task->heap_index != RUN_INDEX(r, i) ||
+                !(e->task->flags & CHIME_TF_INHEAP))
+                return -1;
+            /* Runs are consumed in order: each entry after the last. */
+            if (prev != NULL && FN(slot_less)(e, prev))
+                return -1;
+            prev = e;
+        }
+    }
+    if (total != h->run_n || lazy != h->run_lazy)
+        return -1;
 #endif
     return 0;
 }
@@ -558,6 +741,10 @@ FN(check)(const HEAP *h)
 #undef DETACHED
 #undef NEAR_MASK
 #undef NEAR_INDEX
+#undef RUN_INDEX
 #undef NEAR_B
 #undef NEAR_I
+#undef NEAR_MAX
+#undef RUN_MASK
+#undef TOMB
 #undef FN_NORMALIZE

@@ -2742,6 +2742,22 @@ m_check_queue(m_rig *r)
             due[a->id] = chime__queued_deadline(&p->heap, t);
             nlive += where[a->id] == 'l';
         }
+    /* The near window's sorted runs, from their fronts. */
+    for (uint32_t j = 0; j < p->heap.run_count; j++) {
+        uint32_t rr = (p->heap.run_head + j) % CHIME_NEAR_RUNS;
+        for (uint32_t i = p->heap.run[rr].pos; i < p->heap.run[rr].n; i++) {
+            struct chime_task *t = p->heap.run[rr].v[i].task;
+            if ((uintptr_t)t & 1u)
+                continue; /* a tombstone */
+            m_arg *a = chime_task_arg(t);
+            if (a == NULL || a->id < 0 || a->id >= M_MAX_TASKS)
+                continue;
+            dup += where[a->id] != 0;
+            where[a->id] = chime_task_is_done(t) ? 'g' : 'l';
+            due[a->id] = chime__queued_deadline(&p->heap, t);
+            nlive += where[a->id] == 'l';
+        }
+    }
     /* The due ring (worker.c): due tasks no worker claimed yet are still
      * queued, in order after the heap's none (they were due first). */
     uint64_t dh = atomic_load(&p->due_head), dt = atomic_load(&p->due_tail);

@@ -268,7 +268,7 @@ random_ops_near(const char *name, size_t steps, size_t max_len)
     chime_heap h;
     chime__heap_init(&h);
     chime__heap_near_enable(&h);
-    uint64_t in_buckets = 0;
+    uint64_t in_buckets = 0, in_runs = 0;
 
     for (size_t step = 0; step < steps; step++) {
         unsigned op = (unsigned)(rng_next(&rs) % 100);
@@ -334,14 +334,16 @@ random_ops_near(const char *name, size_t steps, size_t max_len)
                      step);
         cr_assert_eq(chime__heap_live(&h), ref.n, "seed %" PRIu64 " step %zu",
                      seed, step);
+        in_runs += h.run_count != 0;
         if (ref.n > 0)
             cr_assert_eq(chime__heap_peek(&h), ref.v[ref_min(&ref)],
                          "seed %" PRIu64 " step %zu: wrong head", seed, step);
         else
             cr_assert_null(chime__heap_peek(&h));
     }
-    /* The window was used, not bypassed. */
+    /* The window was used, not bypassed, and buckets became runs. */
     cr_assert_gt(in_buckets, steps / 10, "seed %" PRIu64, seed);
+    cr_assert_gt(in_runs, steps / 100, "seed %" PRIu64, seed);
     while (ref.n > 0) {
         size_t m = ref_min(&ref);
         cr_assert_eq(heap_pop(&h), ref.v[m], "seed %" PRIu64, seed);
