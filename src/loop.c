@@ -265,7 +265,7 @@ start_claimed(struct chime_task *t, int8_t *exp)
 static bool
 any_ready(struct chime_loop *l)
 {
-    return l->live != 0 || chime__post_any_locked(l);
+    return l->live != 0 || l->cposts != NULL || chime__post_any_locked(l);
 }
 
 /* How long an idle dispatch watches the post list before it declares the
@@ -321,8 +321,11 @@ chime_loop_dispatch(chime_loop *l)
              * made), then what is due now; then a batch is taken in one
              * critical section; each task is started (or found taken
              * away) through its slot. */
-            dropped += chime__post_collect_locked(l, &garbage);
             if (l->timers.len != 0 || l->armed != INT64_MAX) {
+                /* Posts taken so far became ready before these timers:
+                 * into the ring first. */
+                if (l->cposts != NULL || chime__post_any(l))
+                    dropped += chime__post_flush_locked(l, &garbage);
                 size_t before = l->tasks;
                 chime__timers_due_locked(l, chime__pool_now(p), &garbage);
                 dropped += before - l->tasks;
@@ -405,7 +408,7 @@ chime_loop_dispatch(chime_loop *l)
         if (l->closed)
             break;
         /* Work left (the batch limit stopped us): come back. */
-        if (l->live != 0 || chime__post_any(l) ||
+        if (l->live != 0 || l->cposts != NULL || chime__post_any(l) ||
             (l->timers.len != 0 &&
              l->timers.slots[0].deadline <= chime__pool_now(p))) {
             chime__ready_keep_locked(l);
@@ -508,7 +511,7 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
         /* Posts made before this one, then the timers due before it, run
          * before it: into the ring first (a clock read, only for a binding
          * that has timers). */
-        dropped = chime__post_collect_locked(l, &garbage);
+        dropped = chime__post_flush_locked(l, &garbage);
         if (l->timers.len != 0) {
             size_t before = l->tasks;
             chime__timers_due_locked(l, chime__pool_now(p), &garbage);
@@ -603,7 +606,7 @@ chime_loop_get_stats(chime_loop *l, chime_loop_stats *out)
     *out = l->st;
     /* Ready: in the ring, or due and still among the timers (a dispatch
      * moves them). */
-    out->ready = l->live + chime__timers_due_count_locked(
+    out->ready = l->live + l->ncposts + chime__timers_due_count_locked(
                                l, chime__pool_now(l->pool));
     out->timers = l->timers.len - l->timers.lazy;
     pthread_mutex_unlock(&l->mu);

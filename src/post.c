@@ -51,7 +51,6 @@
 #include <errno.h>
 
 #define POST_REFILL 64u    /* nodes taken from the slab at once */
-#define POST_FREE_MAX 4096u /* nodes the producers' free list keeps */
 
 int
 chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg,
@@ -111,6 +110,7 @@ chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg,
     else
         atomic_store_explicit(&l->phead, t, memory_order_relaxed);
     l->plast = t;
+    l->pcount++;
     if (sched)
         l->psubmitted++;
     chime__ready_wake(l);
@@ -154,48 +154,30 @@ size_t
 chime__post_collect_locked(struct chime_loop *l, struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&l->mu);
-    size_t before = l->tasks, n = 0;
-    struct chime_task *back = NULL;
-    chime__ready_plock(l);
-    struct chime_task *t =
-        atomic_load_explicit(&l->phead, memory_order_relaxed);
-    atomic_store_explicit(&l->phead, NULL, memory_order_relaxed);
-    l->plast = NULL;
-    uint64_t sub = l->psubmitted;
-    l->psubmitted = 0;
-    if (l->cfree != NULL) {
-        if (l->npfree < POST_FREE_MAX) {
-            /* The finished nodes back to the producers, in one splice. */
-            *chime__node_link(l->cfree_last) = l->pfree;
-            l->pfree = l->cfree;
-            l->npfree += l->ncfree;
-        } else {
-            back = l->cfree;
-        }
-        l->cfree = l->cfree_last = NULL;
-        l->ncfree = 0;
-    }
-    chime__ready_punlock(l);
-    l->pst.submitted += sub;
-    while (back != NULL) {
-        struct chime_task *f = back;
-        back = *chime__node_link(f);
-        chime__node_reused(f);
-        chime__loop_free_locked(l, f); /* the binding's cache or the slab */
-    }
-    while (t != NULL) {
-        struct chime_task *next = t->next;
+    (void)garbage;
+    chime__ready_ptake_locked(l);
+    return 0;
+}
+
+size_t
+chime__post_flush_locked(struct chime_loop *l, struct chime_task **garbage)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    chime__ready_ptake_locked(l);
+    size_t before = l->tasks;
+    while (l->cposts != NULL) {
+        struct chime_task *t = l->cposts;
+        l->cposts = t->next;
+        l->ncposts--;
         int64_t deadline = t->period;
         t->period = 0;
-        l->tasks++;
-        n++;
         if (chime__ready_append_locked(l, t, deadline, 0) != 0) {
             /* The ring could not grow: nobody holds this task to be told;
              * it fails like a loop task that could not be queued again. */
             chime__loop_complete_locked(l, t, CHIME_TASK_FAILED, -ENOMEM);
             chime__loop_drop_locked(l, t, garbage);
         }
-        t = next;
     }
-    return before + n - l->tasks; /* failed ones */
+    l->cposts_last = NULL;
+    return before - l->tasks;
 }

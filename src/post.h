@@ -16,13 +16,18 @@ int chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg,
  * spinning for more work); chime__post_any_locked is exact. */
 bool chime__post_any(struct chime_loop *l);
 bool chime__post_any_locked(struct chime_loop *l);
-/* Moves the post list into the ring (behind the timers due when each post
- * was made), counting the posts in l->tasks, and hands the nodes finished
- * since the last call back to the producers. l->mu held. Returns how
- * many tasks the binding dropped meanwhile (cancelled timers found due):
- * the caller calls chime__loop_dropped() once unlocked. */
+/* Makes the posts made so far the binding's: taken from the post list
+ * and counted in l->tasks (shutdown: termination waits for them). l->mu
+ * held. Returns 0 (the size_t is for symmetry with flush). */
 size_t chime__post_collect_locked(struct chime_loop *l,
                                   struct chime_task **garbage);
+/* The same, then into the ring: before anything else is appended to the
+ * ring (a post with a handle, due timers), so that the ring's order stays
+ * the order in which tasks became ready. l->mu held. Returns how many
+ * tasks the binding dropped (the ring could not grow: failed); the caller
+ * calls chime__loop_dropped() once unlocked. */
+size_t chime__post_flush_locked(struct chime_loop *l,
+                                struct chime_task **garbage);
 /* A finished post's node (nobody holds it), kept for the producers. */
 void chime__post_recycle_locked(struct chime_loop *l, struct chime_task *t);
 

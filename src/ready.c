@@ -252,7 +252,8 @@ chime__ready_close_locked(struct chime_loop *l)
     CHIME_ASSERT(l->closed && l->live == 0 && l->timers.len == 0);
     CHIME_ASSERT(l->psealed &&
                  atomic_load_explicit(&l->phead, memory_order_relaxed) ==
-                     NULL);
+                     NULL &&
+                 l->cposts == NULL);
     l->head = l->tail = 0;
     chime__free(l->ring);
     l->ring = NULL;
@@ -353,6 +354,41 @@ chime__ready_unqueue_locked(struct chime_loop *l, struct chime_task *t)
      * read, a lost one would cost a hang. */
 }
 
+void
+chime__ready_ptake_locked(struct chime_loop *l)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    chime__ready_plock(l);
+    struct chime_task *h =
+        atomic_load_explicit(&l->phead, memory_order_relaxed);
+    struct chime_task *last = l->plast;
+    size_t n = l->pcount;
+    uint64_t sub = l->psubmitted;
+    atomic_store_explicit(&l->phead, NULL, memory_order_relaxed);
+    l->plast = NULL;
+    l->pcount = 0;
+    l->psubmitted = 0;
+    if (l->cfree != NULL) {
+        /* The finished nodes back to the producers, in one splice. */
+        *chime__node_link(l->cfree_last) = l->pfree;
+        l->pfree = l->cfree;
+        l->npfree += l->ncfree;
+    }
+    chime__ready_punlock(l);
+    l->cfree = l->cfree_last = NULL;
+    l->ncfree = 0;
+    if (h == NULL)
+        return;
+    if (l->cposts_last != NULL)
+        l->cposts_last->next = h;
+    else
+        l->cposts = h;
+    l->cposts_last = last;
+    l->ncposts += n;
+    l->tasks += n;
+    l->pst.submitted += sub;
+}
+
 struct chime_task *
 chime__ready_pop_locked(struct chime_loop *l, int64_t *deadline,
                         int64_t *timeout)
@@ -370,7 +406,22 @@ chime__ready_pop_locked(struct chime_loop *l, int64_t *deadline,
             return t;
         }
     }
-    return NULL;
+    /* Posts come after everything in the ring. */
+    if (l->cposts == NULL)
+        chime__ready_ptake_locked(l);
+    struct chime_task *t = l->cposts;
+    if (t == NULL)
+        return NULL;
+    l->cposts = t->next;
+    if (l->cposts == NULL)
+        l->cposts_last = NULL;
+    else
+        __builtin_prefetch(l->cposts);
+    l->ncposts--;
+    *deadline = t->period; /* a delay-0 schedule's; a post's is 0 */
+    t->period = 0;
+    *timeout = 0;
+    return t;
 }
 
 bool
@@ -428,24 +479,25 @@ chime__ready_take_locked(struct chime_loop *l, bool periodic_only,
         n++;
     }
     if (periodic_only)
-        return n; /* the post list holds one-shots only */
-    /* Posts not collected yet: the binding's from now on (counted in
-     * `tasks`, which the caller's drops undo). A closed binding seals the
-     * list in the same critical section: no post joins it afterwards, and
-     * none is still writing to the fd (ready_wake holds plock). */
-    chime__ready_plock(l);
-    struct chime_task *t =
-        atomic_load_explicit(&l->phead, memory_order_relaxed);
-    atomic_store_explicit(&l->phead, NULL, memory_order_relaxed);
-    l->plast = NULL;
-    if (l->closed)
+        return n; /* the posts are one-shots */
+    /* Posts: the binding's from now on (counted in `tasks`, which the
+     * caller's drops undo). A closed binding seals the list in the same
+     * critical section: no post joins it afterwards, and none is still
+     * writing to the fd (ready_wake holds plock). */
+    if (l->closed) {
+        chime__ready_plock(l);
         l->psealed = true;
-    chime__ready_punlock(l);
+        chime__ready_punlock(l);
+    }
+    chime__ready_ptake_locked(l);
+    struct chime_task *t = l->cposts;
+    l->cposts = l->cposts_last = NULL;
+    l->ncposts = 0;
     while (t != NULL) {
         struct chime_task *next = t->next;
+        t->period = 0;
         t->next = *list;
         *list = t;
-        l->tasks++;
         n++;
         t = next;
     }

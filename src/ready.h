@@ -96,7 +96,13 @@ struct chime_loop {
     struct chime_task *plast; /* plock: the last of them, or NULL */
     struct chime_task *pfree; /* plock: free nodes for posts */
     unsigned npfree;          /* plock */
+    size_t pcount;            /* plock: how many */
     uint64_t psubmitted;      /* plock: delay-0 schedules among them */
+    /* mu: posts taken from the list (whole, in O(1)) and counted in
+     * `tasks`, not run yet: they come after everything in the ring (a
+     * path that appends to the ring moves them there first, post.c). */
+    struct chime_task *cposts, *cposts_last;
+    size_t ncposts;
     struct chime_task *cfree, *cfree_last; /* mu: finished post nodes, for
                                               the next collection */
     unsigned ncfree;          /* mu */
@@ -164,7 +170,12 @@ int chime__ready_append_locked(struct chime_loop *l, struct chime_task *t,
                                int64_t deadline, int64_t timeout);
 /* Takes a READY task out of the ring (a tombstone stays). */
 void chime__ready_unqueue_locked(struct chime_loop *l, struct chime_task *t);
-/* The next ready task and its deadline, or NULL (ring empty). */
+/* Takes the post list whole onto cposts (counted in tasks and, for
+ * delay-0 schedules, in submitted) and hands the finished post nodes
+ * (cfree) back to the producers. */
+void chime__ready_ptake_locked(struct chime_loop *l);
+/* The next ready task and its deadline: the ring's head, else the first
+ * post taken from the post list; NULL if there is none. */
 struct chime_task *chime__ready_pop_locked(struct chime_loop *l,
                                            int64_t *deadline,
                                            int64_t *timeout);

@@ -2603,7 +2603,7 @@ m_check_loop_queue(m_rig *r, int li)
      * ready queue already: into the ring, where this looks. */
     struct chime_task *pgarbage = NULL;
     if (!l->closed)
-        (void)chime__post_collect_locked(l, &pgarbage);
+        (void)chime__post_flush_locked(l, &pgarbage);
     int heap_ok = chime__theap_check(&l->timers);
     uint32_t batch_n = l->batch_n;
     for (uint32_t i = 0; i < l->timers.len; i++) {
