@@ -6,6 +6,7 @@
 #   docs/model/batch.pml    claiming batched loop tasks vs cancel / re-arm
 #   docs/model/timers.pml   a binding's eventfd + timerfd (loop-owned timers)
 #   docs/model/terminate.pml termination with per-binding loop task counts
+#   docs/model/post.pml     the post list, the quiet token, seal, shutdown
 #
 # Runs every check of the real models (each must pass), then every check
 # of every mutation (each mutation must be caught by at least one check).
@@ -327,6 +328,16 @@ check terminate/safety-p2 terminate.pml safety \
     "-DNPROD=2 -DNCANCEL=0 -DNFAIL=0 -DSELFSCHED=0"
 check terminate/np terminate.pml np ""
 
+header "post.pml: safety (invariants, quiescence, invalid end states)"
+check post/safety post.pml safety ""
+check post/safety-close post.pml safety "-DCLOSE=1"
+check post/safety-shutdown post.pml safety "-DSHUTDOWN=1"
+check post/safety-close-shutdown post.pml safety "-DCLOSE=1 -DSHUTDOWN=1"
+check post/safety-n3-b3-shutdown post.pml safety "-DNPOST=3 -DBATCH=3 -DSHUTDOWN=1"
+header "post.pml: liveness (LTL, acceptance cycles, weak fairness)"
+check post/ltl-drained post.pml ltlf "" drained
+check post/ltl-drained-shutdown post.pml ltlf "-DSHUTDOWN=1" drained
+
 # ---- mutations -----------------------------------------------------------------
 # Each mutation runs: the safety check with every invariant; the quiescence
 # check alone (NO_INVARIANTS); each LTL property alone (NO_INVARIANTS,
@@ -408,6 +419,18 @@ for bug in BUG_COMPLETE_NO_TERMINATE BUG_COMPLETE_READS_ACCEPTING_FIRST \
     mutation "terminate/$bug" terminate.pml "-D$bug" <<'EOF'
 safety|safety||
 ltl-terminates|ltl|-DNO_INVARIANTS -DNO_WATCHDOG|terminates
+EOF
+done
+# post.pml: each mutation with close and shutdown off (a lost wake-up is
+# then a final state) and on (the fd's lifetime, termination).
+for bug in BUG_NO_RECHECK BUG_QUIET_BEFORE_READ BUG_KEEP_NO_WRITE \
+    BUG_WAKE_EVERY_POST BUG_WAKE_OUTSIDE_PLOCK BUG_ACCEPT_OUTSIDE_PLOCK \
+    BUG_SHUTDOWN_NO_COLLECT; do
+    selected "post/$bug/" || continue
+    header "mutation $bug (post.pml)"
+    mutation "post/$bug" post.pml "-D$bug" <<'EOF'
+safety|safety||
+safety-close-shutdown|safety|-DCLOSE=1 -DSHUTDOWN=1|
 EOF
 done
 opt=-O2
