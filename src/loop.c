@@ -423,8 +423,10 @@ chime_loop_dispatch(chime_loop *l)
             for (unsigned i = 0; i < IDLE_SPINS && !chime__post_any(l); i++)
                 cpu_relax();
             CHIME_LOCK_LOOP(&l->mu);
-            if (chime__post_any(l))
-                continue;
+            /* Look at everything again: the lock was released (a timer
+             * may have fallen due, and its signal skipped a dispatching
+             * binding). */
+            continue;
         }
         if (chime__ready_quiesce_locked(l, any_ready))
             break; /* quiet, or a producer took the token and writes */
