@@ -280,9 +280,18 @@ task_fn(chime_task *self, void *arg, void **result)
     if (r->self_ops && !caller) {
         if (atomic_load(&r->self_rearms) < 2 && rng_pm(&g, 30)) {
             atomic_store(&r->rearm_attempted, true);
-            int rc = chime_task_rearm(self, rng_range(&g, 0, 3 * MS));
-            if (rc == 0)
+            int64_t d = rng_range(&g, 0, 3 * MS), t0 = chime_now_ns();
+            int rc = chime_task_rearm(self, d);
+            if (rc == 0) {
                 atomic_fetch_add(&r->self_rearms, 1);
+                if (r->private_loop) {
+                    /* On the loop thread, exact like the loop thread's own
+                     * re-arms (private_op): the next run comes no earlier,
+                     * and a touch from now on counts this timeout. */
+                    r->not_before = t0 + d;
+                    r->timeout = d;
+                }
+            }
             else if (rc != -EALREADY)
                 violation("task %u: self re-arm returned %d", idx(r), rc);
             ops++;
