@@ -66,10 +66,10 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
         chime__free(l);
         return rc;
     }
-    l->pool = p;
+    l->pool = l->ppool = p;
     l->batch_limit = opts && opts->batch_limit ? opts->batch_limit
                                                : DEFAULT_BATCH;
-    l->fork_gen = p->fork_gen;
+    l->fork_gen = l->pfork_gen = p->fork_gen;
 
     CHIME_LOCK_POOL(&p->mu);
     rc = p->run_state != CHIME_POOL_RUNNING ? -ESHUTDOWN : 0;
@@ -89,7 +89,7 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
     }
     p->loop_dir[id / CHIME_LOOP_CHUNK][id % CHIME_LOOP_CHUNK] = l;
     p->loop_count++;
-    l->id = (uint16_t)(id + 1);
+    l->id = l->pid = (uint16_t)(id + 1);
     chime__list_push(&p->loops, &l->link);
     pthread_mutex_unlock(&p->mu);
     *out = l;
@@ -340,7 +340,8 @@ chime_loop_dispatch(chime_loop *l)
                     chime__ready_pop_locked(l, &deadline, &timeout);
                 if (t == NULL)
                     break;
-                if (chime__timers_touched_locked(l, t, deadline, timeout))
+                if (timeout != 0 &&
+                    chime__timers_touched_locked(l, t, deadline, timeout))
                     continue;
                 t->run_deadline = deadline;
                 atomic_store_explicit(&t->state, CHIME_TASK_BATCHED,
@@ -438,7 +439,8 @@ chime_loop_dispatch(chime_loop *l)
         spun = false;
     }
     if (!l->closed) {
-        if (l->timers.len == 0)
+        if (l->timers.len == 0 &&
+            atomic_load_explicit(&l->has_timers, memory_order_relaxed))
             atomic_store_explicit(&l->has_timers, false,
                                   memory_order_relaxed);
         chime__timers_arm_locked(l); /* the timerfd for the earliest timer */
@@ -482,7 +484,7 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
         *out = NULL;
     if (l == NULL || fn == NULL)
         return -EINVAL;
-    if (chime__forked(l->fork_gen))
+    if (chime__forked(l->pfork_gen)) /* the post list's copy: its line */
         return -ECHILD;
     if (out == NULL) {
         /* Fire and forget: the post list, without the binding's lock. */
@@ -556,7 +558,7 @@ chime_loop_schedule(chime_loop *l, chime_task_fn fn, void *arg,
      * as a delay-0 timer would. Anything else, or a refusal, takes the
      * scheduler's path and its rules. */
     if (delay_ns <= 0 && out == NULL && fn != NULL &&
-        l->pool->max_pending == 0 && !chime__forked(l->fork_gen)) {
+        l->ppool->max_pending == 0 && !chime__forked(l->pfork_gen)) {
         int rc = chime__post_push(l, fn, arg, true);
         if (rc != 1)
             return rc;

@@ -56,7 +56,7 @@ int
 chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg,
                  bool sched)
 {
-    struct chime_pool *p = l->pool;
+    struct chime_pool *p = l->ppool;
     /* A binding with timers takes the locked path, which orders the post
      * behind the timers due by now (see the design notes). */
     if (atomic_load_explicit(&l->has_timers, memory_order_relaxed))
@@ -100,10 +100,14 @@ chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg,
     struct chime_task *t = l->pfree;
     l->pfree = *chime__node_link(t);
     l->npfree--;
+    /* The next post's node was last written by the loop thread: start
+     * fetching it now, while this post is filled in. */
+    if (l->pfree != NULL)
+        __builtin_prefetch(l->pfree, 1);
     chime__node_reused(t);
     chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, deadline, 0);
     atomic_store_explicit(&t->state, CHIME_TASK_READY, memory_order_relaxed);
-    t->loop_id = l->id;
+    t->loop_id = l->pid;
     t->next = NULL;
     if (l->plast != NULL)
         l->plast->next = t;
@@ -142,10 +146,15 @@ chime__post_recycle_locked(struct chime_loop *l, struct chime_task *t)
         chime__loop_free_locked(l, t);
         return;
     }
-    *chime__node_link(t) = l->cfree;
+    /* Appended, not pushed: the producers then take the nodes in the
+     * order they were used, which keeps consecutive posts in nearby
+     * memory. */
+    *chime__node_link(t) = NULL;
     if (l->cfree == NULL)
-        l->cfree_last = t;
-    l->cfree = t;
+        l->cfree = t;
+    else
+        *chime__node_link(l->cfree_last) = t;
+    l->cfree_last = t;
     l->ncfree++;
     chime__node_freed(t);
 }

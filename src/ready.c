@@ -416,7 +416,7 @@ chime__ready_pop_locked(struct chime_loop *l, int64_t *deadline,
     if (l->cposts == NULL)
         l->cposts_last = NULL;
     else
-        __builtin_prefetch(l->cposts);
+        __builtin_prefetch(l->cposts); /* written by a producer */
     l->ncposts--;
     *deadline = t->period; /* a delay-0 schedule's; a post's is 0 */
     t->period = 0;

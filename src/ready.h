@@ -29,11 +29,6 @@ struct chime_loop {
                                  and has not been read since */
     bool went_quiet;          /* mu: the last dispatch set `quiet` and
                                  nobody under mu took it back since */
-    /* The wake-up token (ready.c): true while the loop has declared itself
-     * idle with the fd unreadable. Whoever makes work ready and exchanges
-     * it from true to false writes the eventfd: one write per quiet ->
-     * signalled transition, none while the loop is awake. */
-    _Atomic bool quiet;
     bool closed;              /* pool->mu and mu to write; either to read */
     bool dispatching;         /* mu: a dispatch is running callbacks */
     /* The callback running now, or NULL: written by the dispatching
@@ -80,16 +75,31 @@ struct chime_loop {
         uint64_t submitted, completed, cancelled, failed, rejected;
     } pst;
 
+    /* mu: posts taken from the post list (whole, in O(1)) and counted in
+     * `tasks`, not run yet: they come after everything in the ring (a
+     * path that appends to the ring moves them there first, post.c). */
+    struct chime_task *cposts, *cposts_last;
+    size_t ncposts;
+    struct chime_task *cfree, *cfree_last; /* mu: finished post nodes, for
+                                              the next collection */
+    unsigned ncfree;          /* mu */
+
     /* The post list (post.c): handle-less posts (and delay-0 schedules)
      * appended by any thread under plock, a spinlock that only producers
-     * and, once per batch, the binding's consumer (l->mu held) take. The
-     * consumer moves them into the ring; until then they are READY but
-     * not counted in `tasks` (shutdown, shutdown_now and close collect
-     * them under l->mu first). Own cache lines: producers write here, the
-     * loop thread everywhere else. */
-    _Alignas(64) _Atomic int plock;
+     * and, once per batch, the binding's consumer (l->mu held) take. Until
+     * the consumer takes them they are READY but not counted in `tasks`
+     * (shutdown, shutdown_now and close take them under l->mu first).
+     * Cache lines of their own (64 bytes of padding on each side):
+     * producers write these on every post, the loop thread everything
+     * above (its lock included); what a post reads of the rest is copied
+     * here. */
+    char pad_c_[64]; /* not _Alignas: the record comes from malloc */
+    _Atomic int plock;
     bool psealed;             /* plock: closed; producers take the slow
                                  path */
+    uint16_t pid;             /* immutable: id */
+    unsigned pfork_gen;       /* immutable: fork_gen */
+    struct chime_pool *ppool; /* immutable: pool */
     /* plock: FIFO through t->next; phead is also read without the lock
      * (relaxed) by a dispatch spinning for more work. */
     _Atomic(struct chime_task *) phead;
@@ -98,19 +108,18 @@ struct chime_loop {
     unsigned npfree;          /* plock */
     size_t pcount;            /* plock: how many */
     uint64_t psubmitted;      /* plock: delay-0 schedules among them */
-    /* mu: posts taken from the list (whole, in O(1)) and counted in
-     * `tasks`, not run yet: they come after everything in the ring (a
-     * path that appends to the ring moves them there first, post.c). */
-    struct chime_task *cposts, *cposts_last;
-    size_t ncposts;
-    struct chime_task *cfree, *cfree_last; /* mu: finished post nodes, for
-                                              the next collection */
-    unsigned ncfree;          /* mu */
+    /* Read by every post, written rarely: */
     /* Set (relaxed) when a timer is pushed, cleared by a dispatch that
-     * leaves none: a post reads the clock (to order itself after the
-     * timers already due) only while it is set. */
+     * leaves none (only if set: no write in the steady state): a post
+     * takes the post list only while it is clear. */
     _Atomic bool has_timers;
-    char pad_[64];
+    /* The wake-up token (ready.c): true while the loop has declared itself
+     * idle with the fd unreadable. Whoever makes work ready and exchanges
+     * it from true to false writes the eventfd: one write per quiet ->
+     * signalled transition, none while the loop is awake. */
+    char pad_p_[64];
+    _Atomic bool quiet;
+    char pad_q_[63];
 };
 
 /* Claims a batch slot: whoever exchanges it to NULL first owns the task. */
