@@ -114,6 +114,16 @@ chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg,
     else
         atomic_store_explicit(&l->phead, t, memory_order_relaxed);
     l->plast = t;
+    /* The post made CHIME_POST_AHEAD posts ago, still in the list (pcount
+     * counts the list), learns this one's address: the loop, walking the
+     * list, fetches that far ahead instead of one node at a time. Only a
+     * post whose deadline field is free (0: not a delay-0 schedule). */
+    struct chime_task **slot = &l->precent[l->pcount % CHIME_POST_AHEAD];
+    if (l->pcount >= CHIME_POST_AHEAD && (*slot)->period == 0) {
+        (*slot)->period = (int64_t)(intptr_t)t;
+        (*slot)->flags |= CHIME_TF_AHEAD;
+    }
+    *slot = t;
     l->pcount++;
     if (sched)
         l->psubmitted++;
@@ -178,7 +188,8 @@ chime__post_flush_locked(struct chime_loop *l, struct chime_task **garbage)
         struct chime_task *t = l->cposts;
         l->cposts = t->next;
         l->ncposts--;
-        int64_t deadline = t->period;
+        int64_t deadline = (t->flags & CHIME_TF_AHEAD) ? 0 : t->period;
+        t->flags &= (uint8_t)~CHIME_TF_AHEAD;
         t->period = 0;
         if (chime__ready_append_locked(l, t, deadline, 0) != 0) {
             /* The ring could not grow: nobody holds this task to be told;

@@ -418,7 +418,15 @@ chime__ready_pop_locked(struct chime_loop *l, int64_t *deadline,
     else
         __builtin_prefetch(l->cposts); /* written by a producer */
     l->ncposts--;
-    *deadline = t->period; /* a delay-0 schedule's; a post's is 0 */
+    if (t->flags & CHIME_TF_AHEAD) {
+        /* A post: its deadline is 0, and its period field the address of
+         * a post further down the list (post.c): fetch it now. */
+        __builtin_prefetch((const void *)(intptr_t)t->period);
+        t->flags &= (uint8_t)~CHIME_TF_AHEAD;
+        *deadline = 0;
+    } else {
+        *deadline = t->period; /* a delay-0 schedule's; a post's is 0 */
+    }
     t->period = 0;
     *timeout = 0;
     return t;
@@ -496,6 +504,7 @@ chime__ready_take_locked(struct chime_loop *l, bool periodic_only,
     while (t != NULL) {
         struct chime_task *next = t->next;
         t->period = 0;
+        t->flags &= (uint8_t)~CHIME_TF_AHEAD;
         t->next = *list;
         *list = t;
         n++;

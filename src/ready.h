@@ -107,6 +107,11 @@ struct chime_loop {
     struct chime_task *pfree; /* plock: free nodes for posts */
     unsigned npfree;          /* plock */
     size_t pcount;            /* plock: how many */
+    /* plock: the last CHIME_POST_AHEAD posts of the list (by pcount),
+     * each of which gets the address of the one made that many posts
+     * later (post.c) */
+#define CHIME_POST_AHEAD 8
+    struct chime_task *precent[CHIME_POST_AHEAD];
     uint64_t psubmitted;      /* plock: delay-0 schedules among them */
     /* Read by every post, written rarely: */
     /* Set (relaxed) when a timer is pushed, cleared by a dispatch that
