@@ -66,8 +66,8 @@ chime__on_shutdown_locked(struct chime_pool *p, struct chime_task **garbage)
     {
         struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
         CHIME_LOCK_LOOP(&l->mu);
-        /* Posts made before `accepting` was stored join the ring, counted
-         * in the binding's tasks (post.c). */
+        /* Posts made before `accepting` was stored: taken from the post
+         * list and counted in the binding's tasks (post.c). */
         chime__post_collect_locked(l, garbage);
         removed = NULL;
         c.l = l;
