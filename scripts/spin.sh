@@ -7,6 +7,7 @@
 #   docs/model/timers.pml   a binding's eventfd + timerfd (loop-owned timers)
 #   docs/model/terminate.pml termination with per-binding loop task counts
 #   docs/model/due.pml      the pool's due ring: lock-free claims and completion
+#   docs/model/post.pml     the post list, the quiet token, seal, shutdown
 #
 # Runs every check of the real models (each must pass), then every check
 # of every mutation (each mutation must be caught by at least one check).
@@ -331,6 +332,15 @@ check terminate/np terminate.pml np ""
 header "due.pml: safety (claims, exactness, no use after free, quiescence)"
 check due/safety due.pml safety ""
 check due/safety-nops2-no-shutdown-now due.pml safety "-DNOPS=2 -DSHUTDOWN_NOW=0"
+header "post.pml: safety (invariants, quiescence, invalid end states)"
+check post/safety post.pml safety ""
+check post/safety-close post.pml safety "-DCLOSE=1"
+check post/safety-shutdown post.pml safety "-DSHUTDOWN=1"
+check post/safety-close-shutdown post.pml safety "-DCLOSE=1 -DSHUTDOWN=1"
+check post/safety-n3-b3-shutdown post.pml safety "-DNPOST=3 -DBATCH=3 -DSHUTDOWN=1"
+header "post.pml: liveness (LTL, acceptance cycles, weak fairness)"
+check post/ltl-drained post.pml ltlf "" drained
+check post/ltl-drained-shutdown post.pml ltlf "-DSHUTDOWN=1" drained
 
 # ---- mutations -----------------------------------------------------------------
 # Each mutation runs: the safety check with every invariant; the quiescence
@@ -413,6 +423,18 @@ for bug in BUG_COMPLETE_NO_TERMINATE BUG_COMPLETE_READS_ACCEPTING_FIRST \
     mutation "terminate/$bug" terminate.pml "-D$bug" <<'EOF'
 safety|safety||
 ltl-terminates|ltl|-DNO_INVARIANTS -DNO_WATCHDOG|terminates
+EOF
+done
+# post.pml: each mutation with close and shutdown off (a lost wake-up is
+# then a final state) and on (the fd's lifetime, termination).
+for bug in BUG_NO_RECHECK BUG_QUIET_BEFORE_READ BUG_KEEP_NO_WRITE \
+    BUG_WAKE_EVERY_POST BUG_WAKE_OUTSIDE_PLOCK BUG_ACCEPT_OUTSIDE_PLOCK \
+    BUG_SHUTDOWN_NO_COLLECT; do
+    selected "post/$bug/" || continue
+    header "mutation $bug (post.pml)"
+    mutation "post/$bug" post.pml "-D$bug" <<'EOF'
+safety|safety||
+safety-close-shutdown|safety|-DCLOSE=1 -DSHUTDOWN=1|
 EOF
 done
 opt=-O2

@@ -32,7 +32,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "pool.h"
+#include "post.h"
 
 #include <errno.h>
 #include <string.h>
@@ -66,10 +66,10 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
         chime__free(l);
         return rc;
     }
-    l->pool = p;
+    l->pool = l->ppool = p;
     l->batch_limit = opts && opts->batch_limit ? opts->batch_limit
                                                : DEFAULT_BATCH;
-    l->fork_gen = p->fork_gen;
+    l->fork_gen = l->pfork_gen = p->fork_gen;
 
     CHIME_LOCK_POOL(&p->mu);
     rc = p->run_state != CHIME_POOL_RUNNING ? -ESHUTDOWN : 0;
@@ -89,7 +89,7 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
     }
     p->loop_dir[id / CHIME_LOOP_CHUNK][id % CHIME_LOOP_CHUNK] = l;
     p->loop_count++;
-    l->id = (uint16_t)(id + 1);
+    l->id = l->pid = (uint16_t)(id + 1);
     chime__list_push(&p->loops, &l->link);
     pthread_mutex_unlock(&p->mu);
     *out = l;
@@ -180,6 +180,25 @@ chime_loop_close(chime_loop *l)
         chime__slab_free(&p->slab, t);
     }
     l->ncache = 0;
+    /* The post nodes too (the list is sealed: no producer takes one any
+     * more; one refilling its free list right now leaves its nodes in the
+     * slab's chunks, freed with the pool). */
+    chime__ready_plock(l);
+    struct chime_task *nodes = l->pfree;
+    l->pfree = NULL;
+    l->npfree = 0;
+    chime__ready_punlock(l);
+    for (int pass = 0; pass < 2; pass++) {
+        while (nodes) {
+            struct chime_task *t = nodes;
+            nodes = *chime__node_link(t);
+            chime__node_reused(t);
+            chime__slab_free(&p->slab, t);
+        }
+        nodes = l->cfree;
+        l->cfree = l->cfree_last = NULL;
+        l->ncfree = 0;
+    }
     pthread_mutex_unlock(&l->mu);
     /* Never the last reference: the pool's owner holds one until destroy. */
     atomic_fetch_sub_explicit(&p->refs, credit, memory_order_relaxed);
@@ -190,12 +209,14 @@ chime_loop_close(chime_loop *l)
     return 0;
 }
 
-/* The common case settled without the pool lock: a one-shot that returned
- * 0 and that nobody holds a handle to (a fire-and-forget post or timer).
+/* The common case settled without any lock: a one-shot that returned 0
+ * and that nobody holds a handle to (a fire-and-forget post or timer).
  * Nobody can wait on it, re-arm or cancel it any more (that takes a handle;
  * the acquire load of refs orders us after whatever a former holder did),
- * so it completes and is freed right here. Returns false when the task
- * needs the full settle under the pool lock. */
+ * so it completes and is freed right here. A task that never had a handle
+ * (no POOLREF) is not even told: nobody can look at its state or its
+ * reference word again, so neither is written. Returns false when the task
+ * needs the full settle under the binding's lock. */
 static bool
 settle_unlocked(struct chime_task *t, int rc, struct chime_task **freed)
 {
@@ -206,16 +227,60 @@ settle_unlocked(struct chime_task *t, int rc, struct chime_task **freed)
     if ((refs & CHIME_REF_HANDLES) != 0 || (t->flags & CHIME_TF_REARM) ||
         chime__task_state(t) != CHIME_TASK_RUNNING)
         return false;
-    chime__task_set_state(t, CHIME_TASK_DONE);
-    uint32_t old = chime__task_refs_and(t, ~CHIME_REF_POOL);
-    (void)old;
+    if (refs & CHIME_REF_POOLREF) {
+        chime__task_set_state(t, CHIME_TASK_DONE);
+        uint32_t old = chime__task_refs_and(t, ~CHIME_REF_POOL);
+        (void)old;
+    }
     /* Freed at the end of the batch, under loop->mu (into the binding's
-     * node cache): shutdown_now may be setting the interrupt flag of the
+     * node caches): shutdown_now may be setting the interrupt flag of the
      * task it read from loop->current just before this thread cleared it,
      * and it does so under that lock. */
     *chime__node_link(t) = *freed;
     *freed = t;
     return true;
+}
+
+/* A task just claimed from its batch slot: true if the dispatch may run
+ * it (now RUNNING). A task nobody holds a handle to is still BATCHED (a
+ * cancel or re-arm takes a handle, and new handles come only from
+ * existing ones): one load instead of a CAS. */
+static bool
+start_claimed(struct chime_task *t, int8_t *exp)
+{
+    uint32_t refs = atomic_load_explicit(&t->refs, memory_order_acquire);
+    CHIME_HB_AFTER(&t->refs);
+    if ((refs & CHIME_REF_HANDLES) == 0) {
+        *exp = (int8_t)atomic_load_explicit(&t->state, memory_order_relaxed);
+        if (*exp != CHIME_TASK_BATCHED)
+            return false; /* cancelled by a handle released since */
+        atomic_store_explicit(&t->state, CHIME_TASK_RUNNING,
+                              memory_order_relaxed);
+        return true;
+    }
+    *exp = CHIME_TASK_BATCHED;
+    return chime__task_cas_state(t, exp, CHIME_TASK_RUNNING);
+}
+
+static bool
+any_ready(struct chime_loop *l)
+{
+    return l->live != 0 || l->cposts != NULL || chime__post_any_locked(l);
+}
+
+/* How long an idle dispatch watches the post list before it declares the
+ * loop quiet (which costs the next post an eventfd write and the loop a
+ * wake-up): about a microsecond. */
+#define IDLE_SPINS 64
+
+static inline void
+cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
 }
 
 int
@@ -244,95 +309,141 @@ chime_loop_dispatch(chime_loop *l)
     }
     l->dispatching = true;
     l->st.dispatch_calls++;
+    chime__ready_wakeup_locked(l);
 
     int n = 0;
     size_t dropped = 0;
+    bool spun = false;
     struct chime_task *freed = NULL, *garbage = NULL;
-    while ((unsigned)n < l->batch_limit && !l->closed) {
-        /* What is due joins the ring (in due order, behind what is there);
-         * then a batch is taken in one critical section; each task is
-         * started (or found taken away) through its slot and a CAS from
-         * BATCHED. */
-        if (l->timers.len != 0 || l->armed != INT64_MAX)
-            chime__timers_due_locked(l, chime__pool_now(p), &garbage);
-        uint32_t want = l->batch_limit - (unsigned)n;
-        if (want > CHIME_LOOP_BATCH)
-            want = CHIME_LOOP_BATCH;
-        uint32_t k = 0;
-        while (k < want) {
-            int64_t deadline, timeout;
-            struct chime_task *t =
-                chime__ready_pop_locked(l, &deadline, &timeout);
-            if (t == NULL)
+    for (;;) {
+        while ((unsigned)n < l->batch_limit && !l->closed) {
+            /* Posts join the ring (behind the timers due when they were
+             * made), then what is due now; then a batch is taken in one
+             * critical section; each task is started (or found taken
+             * away) through its slot. */
+            if (l->timers.len != 0 || l->armed != INT64_MAX) {
+                /* Posts taken so far became ready before these timers:
+                 * into the ring first. */
+                if (l->cposts != NULL || chime__post_any(l))
+                    dropped += chime__post_flush_locked(l, &garbage);
+                size_t before = l->tasks;
+                chime__timers_due_locked(l, chime__pool_now(p), &garbage);
+                dropped += before - l->tasks;
+            }
+            uint32_t want = l->batch_limit - (unsigned)n;
+            if (want > CHIME_LOOP_BATCH)
+                want = CHIME_LOOP_BATCH;
+            uint32_t k = 0;
+            while (k < want) {
+                int64_t deadline, timeout;
+                struct chime_task *t =
+                    chime__ready_pop_locked(l, &deadline, &timeout);
+                if (t == NULL)
+                    break;
+                if (timeout != 0 &&
+                    chime__timers_touched_locked(l, t, deadline, timeout))
+                    continue;
+                t->run_deadline = deadline;
+                atomic_store_explicit(&t->state, CHIME_TASK_BATCHED,
+                                      memory_order_relaxed);
+                atomic_store_explicit(&l->batch[k++], t,
+                                      memory_order_relaxed);
+            }
+            if (k == 0)
                 break;
-            if (chime__timers_touched_locked(l, t, deadline, timeout))
-                continue;
-            t->run_deadline = deadline;
-            atomic_store_explicit(&t->state, CHIME_TASK_BATCHED,
-                                  memory_order_relaxed);
-            atomic_store_explicit(&l->batch[k++], t, memory_order_relaxed);
+            l->batch_n = k;
+            pthread_mutex_unlock(&l->mu);
+            chime__free_garbage(garbage);
+            garbage = NULL;
+
+            int ran = 0, fast = 0;
+            for (uint32_t i = 0; i < k; i++) {
+                struct chime_task *t = chime__slot_claim(&l->batch[i]);
+                if (t == NULL)
+                    continue; /* taken away before it started */
+                int8_t exp;
+                if (!start_claimed(t, &exp)) {
+                    CHIME_LOCK_LOOP(&l->mu);
+                    size_t before = l->tasks;
+                    chime__loop_stolen_locked(l, t, exp, &garbage);
+                    dropped += before - l->tasks;
+                    pthread_mutex_unlock(&l->mu);
+                    continue;
+                }
+                atomic_store_explicit(&l->current, t, memory_order_relaxed);
+                void *result;
+                int rc = chime__invoke(p, t, &result);
+                atomic_store_explicit(&l->current, NULL,
+                                      memory_order_relaxed);
+
+                if (settle_unlocked(t, rc, &freed)) {
+                    fast++;
+                } else {
+                    CHIME_LOCK_LOOP(&l->mu);
+                    size_t before = l->tasks;
+                    chime__loop_settle_locked(l, t, rc, result, &garbage);
+                    dropped += before - l->tasks;
+                    pthread_mutex_unlock(&l->mu);
+                }
+                ran++;
+            }
+
+            CHIME_LOCK_LOOP(&l->mu);
+            l->batch_n = 0;
+            l->st.dispatched += (uint64_t)ran;
+            l->pst.completed += (uint64_t)fast;
+            CHIME_ASSERT(l->tasks >= (size_t)fast);
+            l->tasks -= (size_t)fast;
+            dropped += (size_t)fast;
+            n += ran;
+            while (freed) {
+                struct chime_task *f = freed;
+                freed = *chime__node_link(f);
+                if (atomic_load_explicit(&f->refs, memory_order_relaxed) &
+                    CHIME_REF_POOLREF)
+                    chime__loop_free_locked(l, f);
+                else
+                    chime__post_recycle_locked(l, f);
+            }
         }
-        if (k == 0)
+        if (l->closed)
             break;
-        l->batch_n = k;
-        pthread_mutex_unlock(&l->mu);
-        chime__free_garbage(garbage);
-        garbage = NULL;
-
-        int ran = 0, fast = 0;
-        for (uint32_t i = 0; i < k; i++) {
-            struct chime_task *t = chime__slot_claim(&l->batch[i]);
-            if (t == NULL)
-                continue; /* taken away before it started */
-            int8_t exp = CHIME_TASK_BATCHED;
-            if (!chime__task_cas_state(t, &exp, CHIME_TASK_RUNNING)) {
-                CHIME_LOCK_LOOP(&l->mu);
-                size_t before = l->tasks;
-                chime__loop_stolen_locked(l, t, exp, &garbage);
-                dropped += before - l->tasks;
-                pthread_mutex_unlock(&l->mu);
-                continue;
-            }
-            atomic_store_explicit(&l->current, t, memory_order_relaxed);
-            void *result;
-            int rc = chime__invoke(p, t, &result);
-            atomic_store_explicit(&l->current, NULL, memory_order_relaxed);
-
-            if (settle_unlocked(t, rc, &freed)) {
-                fast++;
-            } else {
-                CHIME_LOCK_LOOP(&l->mu);
-                size_t before = l->tasks;
-                chime__loop_settle_locked(l, t, rc, result, &garbage);
-                dropped += before - l->tasks;
-                pthread_mutex_unlock(&l->mu);
-            }
-            ran++;
+        /* Work left (the batch limit stopped us): come back. */
+        if (l->live != 0 || l->cposts != NULL || chime__post_any(l) ||
+            (l->timers.len != 0 &&
+             l->timers.slots[0].deadline <= chime__pool_now(p))) {
+            chime__ready_keep_locked(l);
+            break;
         }
-
-        CHIME_LOCK_LOOP(&l->mu);
-        l->batch_n = 0;
-        l->st.dispatched += (uint64_t)ran;
-        l->pst.completed += (uint64_t)fast;
-        CHIME_ASSERT(l->tasks >= (size_t)fast);
-        l->tasks -= (size_t)fast;
-        dropped += (size_t)fast;
-        n += ran;
-        while (freed) {
-            struct chime_task *f = freed;
-            freed = *chime__node_link(f);
-            chime__loop_free_locked(l, f);
+        if ((unsigned)n < l->batch_limit && !spun) {
+            /* Nothing ready: watch the post list a moment before going
+             * quiet (a producer in full flow then never has to write the
+             * eventfd, nor the loop to wait for it). */
+            spun = true;
+            pthread_mutex_unlock(&l->mu);
+            for (unsigned i = 0; i < IDLE_SPINS && !chime__post_any(l); i++)
+                cpu_relax();
+            CHIME_LOCK_LOOP(&l->mu);
+            /* Look at everything again: the lock was released (a timer
+             * may have fallen due, and its signal skipped a dispatching
+             * binding). */
+            continue;
         }
+        if (chime__ready_quiesce_locked(l, any_ready))
+            break; /* quiet, or a producer took the token and writes */
+        /* Work arrived as it went quiet, and the token is ours again. */
+        if ((unsigned)n >= l->batch_limit) {
+            chime__ready_keep_locked(l);
+            break;
+        }
+        spun = false;
     }
     if (!l->closed) {
-        /* Work left (the batch limit stopped us): come back. Else quiet,
-         * with the timerfd set for the earliest timer. */
-        if (l->live != 0 || (l->timers.len != 0 &&
-                             l->timers.slots[0].deadline <= chime__pool_now(p)))
-            chime__ready_signal_locked(l);
-        else
-            chime__ready_drain_locked(l);
-        chime__timers_arm_locked(l);
+        if (l->timers.len == 0 &&
+            atomic_load_explicit(&l->has_timers, memory_order_relaxed))
+            atomic_store_explicit(&l->has_timers, false,
+                                  memory_order_relaxed);
+        chime__timers_arm_locked(l); /* the timerfd for the earliest timer */
     }
     l->dispatching = false;
     pthread_mutex_unlock(&l->mu);
@@ -342,6 +453,30 @@ chime_loop_dispatch(chime_loop *l)
     return n;
 }
 
+/* A post the fast path refused: the binding is closed, or the pool shut
+ * down (its rejection policy decides). */
+static int
+post_refused(struct chime_loop *l, chime_task_fn fn, void *arg,
+             chime_task **out)
+{
+    struct chime_pool *p = l->pool;
+    CHIME_LOCK_POOL(&p->mu);
+    if (l->closed) {
+        /* A closed binding refuses before the pool's policy. */
+        pthread_mutex_unlock(&p->mu);
+        return -ESHUTDOWN;
+    }
+    CHIME_ASSERT(p->run_state != CHIME_POOL_RUNNING);
+    struct chime_task *t = chime__slab_alloc_locked(&p->slab);
+    if (t == NULL) {
+        pthread_mutex_unlock(&p->mu);
+        return -ENOMEM;
+    }
+    chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, 0, out != NULL);
+    t->loop_id = l->id;
+    return chime__reject_unlock(p, t, -ESHUTDOWN, out);
+}
+
 int
 chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
 {
@@ -349,62 +484,60 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
         *out = NULL;
     if (l == NULL || fn == NULL)
         return -EINVAL;
-    if (chime__forked(l->fork_gen))
+    if (chime__forked(l->pfork_gen)) /* the post list's copy: its line */
         return -ECHILD;
-    struct chime_pool *p = l->pool;
-    /* Counted before looking at `accepting`, until the binding counts it;
-     * shutdown stores `accepting` before termination reads the count (both
-     * seq_cst): either this post sees the shutdown and is rejected, or
-     * termination sees this post and waits for it to run. */
-    atomic_fetch_add(&p->loop_tasks, 1);
-    if (!atomic_load(&p->accepting)) {
-        chime__loop_tasks_sub(p, 1);
-        CHIME_LOCK_POOL(&p->mu);
-        /* Termination may have looked while this post was counted. */
-        chime__try_terminate_locked(p);
-        if (l->closed) {
-            /* A closed binding refuses before the pool's policy. */
-            pthread_mutex_unlock(&p->mu);
-            return -ESHUTDOWN;
-        }
-        struct chime_task *t = chime__slab_alloc_locked(&p->slab);
-        if (t == NULL) {
-            pthread_mutex_unlock(&p->mu);
-            return -ENOMEM;
-        }
-        chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, 0, out != NULL);
-        t->loop_id = l->id;
-        return chime__reject_unlock(p, t, -ESHUTDOWN, out);
+    if (out == NULL) {
+        /* Fire and forget: the post list, without the binding's lock. */
+        int rc = chime__post_push(l, fn, arg, false);
+        if (rc != 1)
+            return rc;
     }
-
+    /* With a handle (cancel and the handle's queries find it in the ring),
+     * or on a binding with timers, or refused by the post list: straight
+     * into the ring under the binding's lock. */
+    struct chime_pool *p = l->pool;
     CHIME_LOCK_LOOP(&l->mu);
     struct chime_task *t = l->closed ? NULL : chime__loop_alloc_locked(l);
     struct chime_task *garbage = NULL;
-    int rc = l->closed ? -ESHUTDOWN : (t ? 0 : -ENOMEM);
-    if (rc == 0) {
+    size_t dropped = 0;
+    int rc;
+    if (l->closed) {
+        rc = -ESHUTDOWN;
+    } else if (t == NULL) {
+        rc = -ENOMEM;
+    } else if (!atomic_load(&p->accepting)) {
+        /* Read under l->mu: a shutdown that this post does not see walks
+         * this binding after it (docs/model/terminate.pml). */
+        rc = 1;
+    } else {
         chime__loop_init_locked(l, t, fn, arg, CHIME_KIND_ONESHOT, 0,
                                 out != NULL);
-        /* Timers due before this post run before it: into the ring first
-         * (a clock read, only for a binding that has timers). */
-        if (l->timers.len != 0)
+        /* Posts made before this one, then the timers due before it, run
+         * before it: into the ring first (a clock read, only for a binding
+         * that has timers). */
+        dropped = chime__post_flush_locked(l, &garbage);
+        if (l->timers.len != 0) {
+            size_t before = l->tasks;
             chime__timers_due_locked(l, chime__pool_now(p), &garbage);
-        rc = chime__ready_push_locked(l, t, 0);
+            dropped += before - l->tasks;
+        }
+        rc = chime__ready_append_locked(l, t, 0, 0);
         if (rc == 0) {
             l->tasks++;
+            chime__ready_signal_locked(l);
         } else {
             chime__loop_uninit_locked(l, t);
-            t = NULL;
         }
+        t = rc == 0 ? t : NULL;
     }
+    if (rc != 0 && t != NULL)
+        chime__loop_free_locked(l, t); /* a bare node */
     pthread_mutex_unlock(&l->mu);
     chime__free_garbage(garbage);
-    chime__loop_tasks_sub(p, 1);
-    if (!atomic_load(&p->accepting)) {
-        /* Termination may have looked while this post was counted. */
-        CHIME_LOCK_POOL(&p->mu);
-        chime__try_terminate_locked(p);
-        pthread_mutex_unlock(&p->mu);
-    }
+    if (dropped != 0)
+        chime__loop_dropped(p);
+    if (rc == 1)
+        return post_refused(l, fn, arg, out);
     if (rc != 0)
         return rc;
     if (out)
@@ -420,6 +553,16 @@ chime_loop_schedule(chime_loop *l, chime_task_fn fn, void *arg,
         *out = NULL;
     if (l == NULL)
         return -EINVAL;
+    /* Due now, nobody to hand a handle to, no capacity to count it
+     * against: a post (post.c), which queues behind the timers already due
+     * as a delay-0 timer would. Anything else, or a refusal, takes the
+     * scheduler's path and its rules. */
+    if (delay_ns <= 0 && out == NULL && fn != NULL &&
+        l->ppool->max_pending == 0 && !chime__forked(l->pfork_gen)) {
+        int rc = chime__post_push(l, fn, arg, true);
+        if (rc != 1)
+            return rc;
+    }
     return chime__submit(l->pool, l, fn, arg, CHIME_KIND_ONESHOT, delay_ns, 0,
                          out);
 }
@@ -458,12 +601,21 @@ chime_loop_get_stats(chime_loop *l, chime_loop_stats *out)
     if (chime__forked(l->fork_gen))
         return -ECHILD;
     CHIME_LOCK_LOOP(&l->mu);
+    struct chime_task *garbage = NULL;
+    size_t dropped = 0;
+    if (!l->closed) { /* posts are ready too */
+        dropped = chime__post_collect_locked(l, &garbage);
+        chime__ready_account_locked(l);
+    }
     *out = l->st;
     /* Ready: in the ring, or due and still among the timers (a dispatch
      * moves them). */
-    out->ready = l->live + chime__timers_due_count_locked(
+    out->ready = l->live + l->ncposts + chime__timers_due_count_locked(
                                l, chime__pool_now(l->pool));
     out->timers = l->timers.len - l->timers.lazy;
     pthread_mutex_unlock(&l->mu);
+    chime__free_garbage(garbage);
+    if (dropped != 0)
+        chime__loop_dropped(l->pool);
     return 0;
 }

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sched.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -74,18 +75,131 @@ close_fds(struct chime_loop *l)
 }
 
 static void
-signal_locked(struct chime_loop *l)
+efd_write(struct chime_loop *l)
 {
-    if (l->signalled)
-        return;
     uint64_t one = 1;
     ssize_t n;
     do
         n = write(l->efd, &one, sizeof(one));
     while (n < 0 && errno == EINTR);
     /* EAGAIN would mean the counter is at its maximum: readable anyway. */
+}
+
+/* Under mu: make the fd readable unless it is already (or is about to
+ * be), or a dispatch is awake and will look again before it goes quiet. */
+static void
+signal_locked(struct chime_loop *l, bool force)
+{
+    if (l->signalled)
+        return;
+    if (l->went_quiet) {
+        /* The loop is (or may be) asleep: whoever takes the token writes.
+         * Lost to a producer: it writes, and the next dispatch counts it. */
+        if (!atomic_exchange(&l->quiet, false))
+            return;
+        l->went_quiet = false;
+    } else if (l->dispatching && !force) {
+        return; /* it looks at everything again before it goes quiet */
+    }
+    efd_write(l);
     l->signalled = true;
     l->st.wakeups++;
+}
+
+void
+chime__ready_plock(struct chime_loop *l)
+{
+    for (unsigned spins = 0;; spins++) {
+        if (!atomic_load_explicit(&l->plock, memory_order_relaxed) &&
+            !atomic_exchange_explicit(&l->plock, 1, memory_order_acquire))
+            break;
+        if (spins >= 64)
+            sched_yield(); /* the holder may have been preempted */
+    }
+    CHIME_HB_AFTER(&l->plock);
+}
+
+void
+chime__ready_punlock(struct chime_loop *l)
+{
+    CHIME_HB_BEFORE(&l->plock);
+    atomic_store_explicit(&l->plock, 0, memory_order_release);
+}
+
+void
+chime__ready_wake(struct chime_loop *l)
+{
+    /* plock held (a close seals the list under it before it closes the
+     * fd, so the fd written here is open). The load first: while the loop
+     * is awake (the common case under load) no atomic write at all. */
+    if (atomic_load_explicit(&l->quiet, memory_order_relaxed) &&
+        atomic_exchange(&l->quiet, false))
+        efd_write(l);
+}
+
+void
+chime__ready_account_locked(struct chime_loop *l)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    if (l->went_quiet && !atomic_load(&l->quiet)) {
+        /* A producer took the token since the loop went quiet: it wrote
+         * (or is writing) the eventfd. */
+        l->went_quiet = false;
+        l->signalled = true;
+        l->st.wakeups++;
+    }
+}
+
+void
+chime__ready_wakeup_locked(struct chime_loop *l)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    if (!l->went_quiet)
+        return;
+    l->went_quiet = false;
+    if (!atomic_exchange(&l->quiet, false)) {
+        /* A producer took the token: it wrote the eventfd (or is about
+         * to, still holding plock). */
+        l->signalled = true;
+        l->st.wakeups++;
+    }
+}
+
+bool
+chime__ready_quiesce_locked(struct chime_loop *l,
+                            bool (*any_ready)(struct chime_loop *))
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    CHIME_ASSERT(!l->went_quiet);
+    if (l->signalled) {
+        uint64_t v;
+        ssize_t n;
+        do
+            n = read(l->efd, &v, sizeof(v));
+        while (n < 0 && errno == EINTR);
+        /* EAGAIN: a producer took the token but has not written yet; the
+         * write will make the fd readable, and the dispatch it causes
+         * reads it (`signalled` stays set). */
+        if (n == (ssize_t)sizeof(v)) {
+            l->signalled = false;
+            l->st.drains++;
+        }
+    }
+    /* Read before declaring quiet: a write after the declaration is a
+     * wake-up for later work and must stay readable. */
+    l->went_quiet = true;
+    atomic_store(&l->quiet, true);
+    /* Look again: a post appended before the declaration was seen by
+     * nobody (its producer found the loop awake). plock orders the two:
+     * a producer that appends after this look finds `quiet` set. */
+    if (!any_ready(l))
+        return true;
+    l->went_quiet = false;
+    if (atomic_exchange(&l->quiet, false))
+        return false; /* ours again: the caller goes on */
+    l->signalled = true; /* a producer took it and writes */
+    l->st.wakeups++;
+    return true;
 }
 
 int
@@ -116,6 +230,16 @@ chime__ready_open(struct chime_loop *l)
     }
     chime__list_init(&l->link);
     chime__theap_init(&l->timers);
+    /* Idle from the start: the first post takes the token and writes. */
+    atomic_init(&l->quiet, true);
+    l->went_quiet = true;
+    atomic_init(&l->plock, 0);
+    atomic_init(&l->phead, NULL);
+    atomic_init(&l->has_timers, false);
+    CHIME_HB_ATOMIC(&l->quiet);
+    CHIME_HB_ATOMIC(&l->plock);
+    CHIME_HB_ATOMIC(&l->phead);
+    CHIME_HB_ATOMIC(&l->has_timers);
     CHIME_HB_ATOMIC(&l->current);
     CHIME_HB_ATOMIC(&l->batch);
     return 0;
@@ -126,6 +250,10 @@ chime__ready_close_locked(struct chime_loop *l)
 {
     CHIME_ASSERT_HELD(&l->mu);
     CHIME_ASSERT(l->closed && l->live == 0 && l->timers.len == 0);
+    CHIME_ASSERT(l->psealed &&
+                 atomic_load_explicit(&l->phead, memory_order_relaxed) ==
+                     NULL &&
+                 l->cposts == NULL);
     l->head = l->tail = 0;
     chime__free(l->ring);
     l->ring = NULL;
@@ -182,7 +310,13 @@ chime__ready_expired_locked(struct chime_loop *l)
 void
 chime__ready_signal_locked(struct chime_loop *l)
 {
-    signal_locked(l);
+    signal_locked(l, false);
+}
+
+void
+chime__ready_keep_locked(struct chime_loop *l)
+{
+    signal_locked(l, true);
 }
 
 int
@@ -206,16 +340,6 @@ chime__ready_append_locked(struct chime_loop *l, struct chime_task *t,
     return 0;
 }
 
-int
-chime__ready_push_locked(struct chime_loop *l, struct chime_task *t,
-                         int64_t deadline)
-{
-    int rc = chime__ready_append_locked(l, t, deadline, 0);
-    if (rc == 0)
-        signal_locked(l);
-    return rc;
-}
-
 void
 chime__ready_unqueue_locked(struct chime_loop *l, struct chime_task *t)
 {
@@ -228,6 +352,41 @@ chime__ready_unqueue_locked(struct chime_loop *l, struct chime_task *t)
     /* The caller gives the task its next state. The fd stays readable
      * until a dispatch finds the ring empty: a spurious dispatch costs one
      * read, a lost one would cost a hang. */
+}
+
+void
+chime__ready_ptake_locked(struct chime_loop *l)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    chime__ready_plock(l);
+    struct chime_task *h =
+        atomic_load_explicit(&l->phead, memory_order_relaxed);
+    struct chime_task *last = l->plast;
+    size_t n = l->pcount;
+    uint64_t sub = l->psubmitted;
+    atomic_store_explicit(&l->phead, NULL, memory_order_relaxed);
+    l->plast = NULL;
+    l->pcount = 0;
+    l->psubmitted = 0;
+    if (l->cfree != NULL) {
+        /* The finished nodes back to the producers, in one splice. */
+        *chime__node_link(l->cfree_last) = l->pfree;
+        l->pfree = l->cfree;
+        l->npfree += l->ncfree;
+    }
+    chime__ready_punlock(l);
+    l->cfree = l->cfree_last = NULL;
+    l->ncfree = 0;
+    if (h == NULL)
+        return;
+    if (l->cposts_last != NULL)
+        l->cposts_last->next = h;
+    else
+        l->cposts = h;
+    l->cposts_last = last;
+    l->ncposts += n;
+    l->tasks += n;
+    l->pst.submitted += sub;
 }
 
 struct chime_task *
@@ -247,25 +406,30 @@ chime__ready_pop_locked(struct chime_loop *l, int64_t *deadline,
             return t;
         }
     }
-    return NULL;
-}
-
-void
-chime__ready_drain_locked(struct chime_loop *l)
-{
-    CHIME_ASSERT_HELD(&l->mu);
-    if (l->live != 0 || l->closed)
-        return;
-    l->head = l->tail; /* only tombstones left */
-    if (!l->signalled)
-        return;
-    uint64_t v;
-    ssize_t n;
-    do
-        n = read(l->efd, &v, sizeof(v));
-    while (n < 0 && errno == EINTR);
-    l->signalled = false;
-    l->st.drains++;
+    /* Posts come after everything in the ring. */
+    if (l->cposts == NULL)
+        chime__ready_ptake_locked(l);
+    struct chime_task *t = l->cposts;
+    if (t == NULL)
+        return NULL;
+    l->cposts = t->next;
+    if (l->cposts == NULL)
+        l->cposts_last = NULL;
+    else
+        __builtin_prefetch(l->cposts); /* written by a producer */
+    l->ncposts--;
+    if (t->flags & CHIME_TF_AHEAD) {
+        /* A post: its deadline is 0, and its period field the address of
+         * a post further down the list (post.c): fetch it now. */
+        __builtin_prefetch((const void *)(intptr_t)t->period);
+        t->flags &= (uint8_t)~CHIME_TF_AHEAD;
+        *deadline = 0;
+    } else {
+        *deadline = t->period; /* a delay-0 schedule's; a post's is 0 */
+    }
+    t->period = 0;
+    *timeout = 0;
+    return t;
 }
 
 bool
@@ -321,6 +485,30 @@ chime__ready_take_locked(struct chime_loop *l, bool periodic_only,
         t->next = *list;
         *list = t;
         n++;
+    }
+    if (periodic_only)
+        return n; /* the posts are one-shots */
+    /* Posts: the binding's from now on (counted in `tasks`, which the
+     * caller's drops undo). A closed binding seals the list in the same
+     * critical section: no post joins it afterwards, and none is still
+     * writing to the fd (ready_wake holds plock). */
+    if (l->closed) {
+        chime__ready_plock(l);
+        l->psealed = true;
+        chime__ready_punlock(l);
+    }
+    chime__ready_ptake_locked(l);
+    struct chime_task *t = l->cposts;
+    l->cposts = l->cposts_last = NULL;
+    l->ncposts = 0;
+    while (t != NULL) {
+        struct chime_task *next = t->next;
+        t->period = 0;
+        t->flags &= (uint8_t)~CHIME_TF_AHEAD;
+        t->next = *list;
+        *list = t;
+        n++;
+        t = next;
     }
     return n;
 }

@@ -24,7 +24,11 @@ struct chime_loop {
     pthread_mutex_t mu;
     struct chime_pool *pool;  /* immutable */
     int efd;                  /* mu: the eventfd; -1 once closed */
-    bool signalled;           /* mu: efd has been written and not read */
+    bool signalled;           /* mu: efd's counter may be non-zero (written,
+                                 or about to be by whoever took `quiet`)
+                                 and has not been read since */
+    bool went_quiet;          /* mu: the last dispatch set `quiet` and
+                                 nobody under mu took it back since */
     bool closed;              /* pool->mu and mu to write; either to read */
     bool dispatching;         /* mu: a dispatch is running callbacks */
     /* The callback running now, or NULL: written by the dispatching
@@ -70,6 +74,57 @@ struct chime_loop {
     struct {                  /* counters folded into the pool's stats */
         uint64_t submitted, completed, cancelled, failed, rejected;
     } pst;
+
+    /* mu: posts taken from the post list (whole, in O(1)) and counted in
+     * `tasks`, not run yet: they come after everything in the ring (a
+     * path that appends to the ring moves them there first, post.c). */
+    struct chime_task *cposts, *cposts_last;
+    size_t ncposts;
+    struct chime_task *cfree, *cfree_last; /* mu: finished post nodes, for
+                                              the next collection */
+    unsigned ncfree;          /* mu */
+
+    /* The post list (post.c): handle-less posts (and delay-0 schedules)
+     * appended by any thread under plock, a spinlock that only producers
+     * and, once per batch, the binding's consumer (l->mu held) take. Until
+     * the consumer takes them they are READY but not counted in `tasks`
+     * (shutdown, shutdown_now and close take them under l->mu first).
+     * Cache lines of their own (64 bytes of padding on each side):
+     * producers write these on every post, the loop thread everything
+     * above (its lock included); what a post reads of the rest is copied
+     * here. */
+    char pad_c_[64]; /* not _Alignas: the record comes from malloc */
+    _Atomic int plock;
+    bool psealed;             /* plock: closed; producers take the slow
+                                 path */
+    uint16_t pid;             /* immutable: id */
+    unsigned pfork_gen;       /* immutable: fork_gen */
+    struct chime_pool *ppool; /* immutable: pool */
+    /* plock: FIFO through t->next; phead is also read without the lock
+     * (relaxed) by a dispatch spinning for more work. */
+    _Atomic(struct chime_task *) phead;
+    struct chime_task *plast; /* plock: the last of them, or NULL */
+    struct chime_task *pfree; /* plock: free nodes for posts */
+    unsigned npfree;          /* plock */
+    size_t pcount;            /* plock: how many */
+    /* plock: the last CHIME_POST_AHEAD posts of the list (by pcount),
+     * each of which gets the address of the one made that many posts
+     * later (post.c) */
+#define CHIME_POST_AHEAD 8
+    struct chime_task *precent[CHIME_POST_AHEAD];
+    uint64_t psubmitted;      /* plock: delay-0 schedules among them */
+    /* Read by every post, written rarely: */
+    /* Set (relaxed) when a timer is pushed, cleared by a dispatch that
+     * leaves none (only if set: no write in the steady state): a post
+     * takes the post list only while it is clear. */
+    _Atomic bool has_timers;
+    /* The wake-up token (ready.c): true while the loop has declared itself
+     * idle with the fd unreadable. Whoever makes work ready and exchanges
+     * it from true to false writes the eventfd: one write per quiet ->
+     * signalled transition, none while the loop is awake. */
+    char pad_p_[64];
+    _Atomic bool quiet;
+    char pad_q_[63];
 };
 
 /* Claims a batch slot: whoever exchanges it to NULL first owns the task. */
@@ -93,10 +148,6 @@ int chime__ready_open(struct chime_loop *l);
 void chime__ready_close_locked(struct chime_loop *l);
 /* Frees a closed binding's record. */
 void chime__ready_free(struct chime_loop *l);
-/* Appends a due task (deadline: when it was due; 0 for a post) and makes
- * the fd readable. Returns 0 or -ENOMEM (the ring could not grow). */
-int chime__ready_push_locked(struct chime_loop *l, struct chime_task *t,
-                             int64_t deadline);
 /* Arms the timerfd for deadline (absolute, monotonic clock). */
 void chime__ready_arm_locked(struct chime_loop *l, int64_t deadline);
 /* The timerfd's deadline has passed by our clock: reads it (not readable
@@ -105,26 +156,53 @@ void chime__ready_arm_locked(struct chime_loop *l, int64_t deadline);
 void chime__ready_expired_locked(struct chime_loop *l);
 /* Makes the fd readable (the eventfd, once per quiet->signalled). */
 void chime__ready_signal_locked(struct chime_loop *l);
+/* The same from the dispatch itself, which leaves work behind. */
+void chime__ready_keep_locked(struct chime_loop *l);
+/* The same without l->mu, for a post that was just appended (the
+ * eventfd is written only if this call takes the `quiet` token). */
+void chime__ready_wake(struct chime_loop *l);
+/* Takes the post list's producer lock (a spinlock held for a few
+ * stores). */
+void chime__ready_plock(struct chime_loop *l);
+void chime__ready_punlock(struct chime_loop *l);
+/* The end of a dispatch that found nothing ready: reads the eventfd if
+ * it may have been written, declares the loop quiet, then looks again
+ * (any_ready: is a post or ready task there now?). Returns true if the
+ * loop is quiet; false if work arrived meanwhile and the caller must go
+ * on (or signal). */
+bool chime__ready_quiesce_locked(struct chime_loop *l,
+                                 bool (*any_ready)(struct chime_loop *));
+/* The start of a dispatch: takes the `quiet` token back if the last
+ * dispatch left it set; if someone else took it, they wrote (or are
+ * writing) the eventfd. */
+void chime__ready_wakeup_locked(struct chime_loop *l);
+/* Counts a wake-up a producer made since the loop went quiet (stats). */
+void chime__ready_account_locked(struct chime_loop *l);
 /* The same without touching the fd: a dispatch moving due timers, which
  * signals at its end if it leaves work behind. */
 int chime__ready_append_locked(struct chime_loop *l, struct chime_task *t,
                                int64_t deadline, int64_t timeout);
 /* Takes a READY task out of the ring (a tombstone stays). */
 void chime__ready_unqueue_locked(struct chime_loop *l, struct chime_task *t);
-/* The next ready task and its deadline, or NULL (ring empty). */
+/* Takes the post list whole onto cposts (counted in tasks and, for
+ * delay-0 schedules, in submitted) and hands the finished post nodes
+ * (cfree) back to the producers. */
+void chime__ready_ptake_locked(struct chime_loop *l);
+/* The next ready task and its deadline: the ring's head, else the first
+ * post taken from the post list; NULL if there is none. */
 struct chime_task *chime__ready_pop_locked(struct chime_loop *l,
                                            int64_t *deadline,
                                            int64_t *timeout);
-/* The ring was found empty: make the fd unreadable. */
-void chime__ready_drain_locked(struct chime_loop *l);
 /* Takes a BATCHED task away from the dispatch that holds it, before it
  * starts. Returns true if the caller now owns the task (and its pool
  * reference); false if the dispatch already claimed it, in which case the
  * caller may only change the state with a CAS from BATCHED. */
 bool chime__ready_unbatch_locked(struct chime_loop *l, struct chime_task *t);
-/* Takes every task of l that has not started, out of the batch (unless
- * periodic_only) and the ring (periodic ones only, if periodic_only), onto
- * *list through task->next. Returns how many. */
+/* Takes every task of l that has not started, out of the batch and the
+ * post list (unless periodic_only) and the ring (periodic ones only, if
+ * periodic_only), onto *list through task->next; posts taken from the
+ * list are counted in l->tasks here. A closed binding's post list is
+ * sealed. Returns how many. */
 size_t chime__ready_take_locked(struct chime_loop *l, bool periodic_only,
                                 struct chime_task **list);
 /* Is the calling thread l's loop thread (known once it dispatched or

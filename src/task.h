@@ -27,6 +27,11 @@ enum {
                                   deadline is defer_deadline, its slot
                                   still has the earlier one until it
                                   reaches the head */
+    CHIME_TF_AHEAD = 1u << 4,  /* in a binding's post list: `period` holds
+                                  the address of the post made
+                                  CHIME_POST_AHEAD posts later (a prefetch
+                                  hint for the loop, post.c), not a
+                                  deadline (which is 0) */
 };
 
 /* Internal states beyond chime_task_state, all reported as PENDING and

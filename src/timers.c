@@ -258,6 +258,10 @@ push_locked(struct chime_loop *l, struct chime_task *t, int64_t deadline,
     int rc = chime__theap_push(&l->timers, t, deadline);
     if (rc != 0)
         return rc;
+    /* Posts made from now on read the clock to queue behind the timers
+     * due by then (post.c); a dispatch that leaves none clears it. */
+    if (!atomic_load_explicit(&l->has_timers, memory_order_relaxed))
+        atomic_store_explicit(&l->has_timers, true, memory_order_relaxed);
     if (chime__task_kind(t) == CHIME_KIND_ONESHOT) {
         /* Armed at `since` (now, or when a running task was re-armed) for
          * the rest: activity + timeout == deadline. */
@@ -581,6 +585,8 @@ chime__timers_touched_locked(struct chime_loop *l, struct chime_task *t,
     chime__task_set_state(t, CHIME_TASK_PENDING);
     t->seq = l->next_seq++;
     chime__theap_push(&l->timers, t, touched); /* reserved: cannot fail */
+    if (!atomic_load_explicit(&l->has_timers, memory_order_relaxed))
+        atomic_store_explicit(&l->has_timers, true, memory_order_relaxed);
     slot_of(l, t)->timeout = timeout;
     l->st.touch_requeues++;
     return true;

@@ -11,6 +11,7 @@
 #include "model.h"
 
 #include "internal.h"
+#include "post.h"
 #include "support.h"
 
 #include <errno.h>
@@ -252,6 +253,10 @@ typedef struct m_task {
 /* A binding. */
 typedef struct m_loop {
     bool closed, dispatching;
+    /* Posts and delay-0 schedules take the post list only while this is
+     * false (src/post.c): set by every push among the timers, cleared by
+     * a dispatch that leaves none (cancelled ones retained included). */
+    bool has_timers;
     unsigned limit; /* batch_limit */
     uint64_t next_seq, next_rpos;
     int current; /* task whose callback runs in its dispatch, or -1 */
@@ -671,6 +676,7 @@ m_loop_push(m_model *m, int id, int64_t d, int64_t timeout)
     m_task *t = &m->t[id];
     m_loop *l = &m->l[t->loop];
     t->queued = true;
+    l->has_timers = true;
     t->ready = t->batched = t->posted = false;
     t->deadline = t->key = d;
     t->seq = l->next_seq++;
@@ -885,7 +891,15 @@ m_submit(m_model *m, int kind, int64_t delay, int64_t period, bool handle,
         }
     }
     int64_t d = m_deadline_after(m->now, delay);
-    if (loop >= 0) {
+    if (loop >= 0 && kind == M_ONESHOT && delay <= 0 && !handle &&
+        m->max_pending == 0 && !m->l[loop].has_timers) {
+        /* Due now, no handle, no capacity, no timer to order it against:
+         * the library takes its post list straight to the ready queue
+         * (src/post.c), which is the order a delay-0 timer would join it
+         * in (behind what is ready, and no timer is due). */
+        t->act = m->now;
+        m_ready_append(m, id, d);
+    } else if (loop >= 0) {
         m_loop_push(m, id, d, m_timeout_for(m, d));
     } else {
         t->deadline = d;
@@ -1315,6 +1329,13 @@ m_dispatch(m_model *m, int li, int self)
         }
         l->dispatched += (uint64_t)ran;
         n += ran;
+    }
+    if (!l->closed) {
+        bool any = false;
+        for (int i = 0; i < m->ntasks && !any; i++)
+            any = m->t[i].queued && m->t[i].loop == li;
+        if (!any)
+            l->has_timers = false;
     }
     l->dispatching = false;
     return n;
@@ -2595,6 +2616,11 @@ m_check_loop_queue(m_rig *r, int li)
     size_t nring = 0, dup = 0, foreign = 0;
     memset(where, 0, sizeof(where));
     pthread_mutex_lock(&l->mu);
+    /* Posts still in the binding's post list (src/post.c) are in its
+     * ready queue already: into the ring, where this looks. */
+    struct chime_task *pgarbage = NULL;
+    if (!l->closed)
+        (void)chime__post_flush_locked(l, &pgarbage);
     int heap_ok = chime__theap_check(&l->timers);
     uint32_t batch_n = l->batch_n;
     for (uint32_t i = 0; i < l->timers.len; i++) {
@@ -2620,6 +2646,7 @@ m_check_loop_queue(m_rig *r, int li)
         rdue[nring++] = e->deadline;
     }
     pthread_mutex_unlock(&l->mu);
+    chime__free_garbage(pgarbage);
     if (heap_ok != 0)
         m_failf(r, "binding %d: chime__theap_check failed", li);
     if (dup || foreign)

@@ -639,6 +639,11 @@ CHIME_EXPORT int chime_loop_dispatch(chime_loop *loop);
 
 /* Hands fn(arg) to the loop thread, to run at its next dispatch after the
  * callbacks already ready (post order). out: as chime_pool_schedule.
+ * Without a handle (out NULL) on a binding that has no timers, the post
+ * takes no lock of the binding's: it joins a list of its own (one spinlock
+ * round trip, no allocation, and no eventfd write while the loop is
+ * awake); with a handle it goes through the binding's lock, so that cancel
+ * finds it. Both keep post order, and termination waits for both.
  * Returns: 0, -EINVAL, -ENOMEM, -ESHUTDOWN (binding closed: checked first,
  * whatever the rejection policy, and no policy is consulted; or pool shut
  * down, through the pool's rejection policy), -ECHILD.
@@ -650,6 +655,11 @@ CHIME_EXPORT int chime_loop_post(chime_loop *loop, chime_task_fn fn, void *arg,
 /* As chime_pool_schedule / _at_fixed_rate / _with_fixed_delay, but the
  * callback runs on the loop thread. The pool keeps the time (the loop has no
  * timer); a fixed-delay period counts from the end of the run on the loop.
+ * A one-shot with delay <= 0, out NULL and no max_pending, on a binding
+ * that has no timers, is due at once and is posted as chime_loop_post
+ * would (the same place in the order as a delay-0 timer: behind what is
+ * ready), counted in stats.submitted but never among stats.timers or
+ * pending.
  * Returns: as those functions, plus -ESHUTDOWN when the binding is closed
  * (checked before the pool's state and capacity: no rejection policy is
  * consulted), and -EAGAIN at capacity under CHIME_REJECT_CALLER_RUNS when

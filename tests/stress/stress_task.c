@@ -133,11 +133,16 @@ make_task(rec *r, rng *g, bool allow_ff, int loop_id)
     if (r->target != T_LOOP_POST &&
         atomic_load(&rs->live_periodic) < MAX_LIVE_PERIODIC && rng_pm(g, 200))
         r->kind = rng_pm(g, 500) ? K_RATE : K_DELAY;
-    r->has_handle = !(allow_ff && rs->cfg.ff && rng_pm(g, 250));
+    /* Fire and forget (no handle): posts and delay-0 loop schedules of
+     * this kind take the binding's post list (src/post.c). */
+    r->has_handle = !(allow_ff && rs->cfg.ff && rng_pm(g, 400));
     r->self_ops = r->has_handle && rng_pm(g, 300);
     r->delay = rng_pm(g, 50) ? -rng_range(g, 1, 1000) : rng_range(g, 0, 5 * MS);
     if (r->target == T_LOOP_POST)
         r->delay = 0; /* a post runs at the next dispatch */
+    else if (r->target == T_LOOP_SCHED && r->kind == K_ONESHOT &&
+             !r->has_handle && rng_pm(g, 400))
+        r->delay = 0; /* a delay-0 loop schedule: the post list's path */
     r->period = rng_range(g, 1 * MS, 5 * MS);
     if (r->kind == K_ONESHOT)
         r->fail_at = rng_pm(g, 60) ? (uint16_t)rng_range(g, 1, 2) : 0;
