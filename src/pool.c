@@ -363,7 +363,16 @@ chime_pool_remove(chime_pool *p, chime_task *t)
      * removed as any queued task. */
     if (!(t->flags & CHIME_TF_INHEAP))
         chime__due_return_locked(p, &garbage);
-    if (queued_locked(t)) {
+    if (!(t->flags & CHIME_TF_INHEAP)) {
+        /* Claimed from the ring by a worker that has not started it
+         * (still BATCHED or REARMING): taken away by a CAS, as a cancel
+         * would; its claimer drops it. */
+        if (queued_locked(t) &&
+            chime__cancel_locked(p, t, 0, true, &garbage) == 0) {
+            chime__try_terminate_locked(p);
+            rc = 0;
+        }
+    } else if (queued_locked(t)) {
         chime__heap_remove(&p->heap, t);
         if (!chime__state_is_final(chime__task_state(t)))
             chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
