@@ -175,16 +175,25 @@ claim_due(struct chime_pool *p, int64_t *deadline)
     }
 }
 
+/* Claims every unclaimed entry of the ring at once (one CAS of the head,
+ * lock held, so no fill races): entries [*h, *tail) are the caller's. */
+static void
+claim_all_locked(struct chime_pool *p, uint64_t *h, uint64_t *tail)
+{
+    *h = atomic_load_explicit(&p->due_head, memory_order_acquire);
+    *tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
+    while (*h != *tail && !atomic_compare_exchange_weak_explicit(
+                              &p->due_head, h, *tail, memory_order_acq_rel,
+                              memory_order_acquire))
+        ;
+}
+
 size_t
 chime__due_grab_locked(struct chime_pool *p, struct chime_task **list)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    uint64_t h = atomic_load_explicit(&p->due_head, memory_order_acquire);
-    uint64_t tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
-    while (h != tail && !atomic_compare_exchange_weak_explicit(
-                            &p->due_head, &h, tail, memory_order_acq_rel,
-                            memory_order_acquire))
-        ;
+    uint64_t h, tail;
+    claim_all_locked(p, &h, &tail);
     size_t live = 0, n = 0;
     for (; h != tail; h++) {
         struct chime_task *t = atomic_load_explicit(
@@ -280,12 +289,8 @@ void
 chime__due_return_locked(struct chime_pool *p, struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    uint64_t h = atomic_load_explicit(&p->due_head, memory_order_acquire);
-    uint64_t tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
-    while (h != tail && !atomic_compare_exchange_weak_explicit(
-                            &p->due_head, &h, tail, memory_order_acq_rel,
-                            memory_order_acquire))
-        ;
+    uint64_t h, tail;
+    claim_all_locked(p, &h, &tail);
     for (; h != tail; h++) {
         struct chime_due_entry *e = &p->due[h % CHIME_DUE_CAP];
         struct chime_task *t =

@@ -2727,6 +2727,23 @@ m_check_loop_queue(m_rig *r, int li)
     }
 }
 
+/* m_check_queue: notes a task found queued in one of the pool's
+ * structures (skipping tagged entries: detached or tombstones). */
+static void
+m_note_queued(struct chime_pool *p, struct chime_task *t, char *where,
+              int64_t *due, size_t *dup, size_t *nlive)
+{
+    if ((uintptr_t)t & 1u)
+        return;
+    m_arg *a = chime_task_arg(t);
+    if (a == NULL || a->id < 0 || a->id >= M_MAX_TASKS)
+        return;
+    *dup += where[a->id] != 0;
+    where[a->id] = chime_task_is_done(t) ? 'g' : 'l';
+    due[a->id] = chime__queued_deadline(&p->heap, t);
+    *nlive += where[a->id] == 'l';
+}
+
 /* The queue against the model: the same live tasks with the same
  * deadlines (their order among equal deadlines shows in the run log), and
  * the ghosts. Reads the heap's slots under the pool lock: the only internal
@@ -2755,35 +2772,18 @@ m_check_queue(m_rig *r)
         due[a->id] = chime__queued_deadline(&p->heap, t);
         nlive += where[a->id] == 'l';
     }
-    /* The near window's buckets (heap.h): queued, unordered there. */
+    /* The near window's buckets (heap.h), queued unordered there, and its
+     * sorted runs from their fronts (detached entries and tombstones have
+     * bit 0 set). */
     for (uint32_t b = 0; b < CHIME_NEAR_SLOTS; b++)
-        for (uint32_t i = 0; i < p->heap.near[b].n; i++) {
-            struct chime_task *t = p->heap.near[b].v[i].task;
-            if ((uintptr_t)t & 1u)
-                continue; /* detached */
-            m_arg *a = chime_task_arg(t);
-            if (a == NULL || a->id < 0 || a->id >= M_MAX_TASKS)
-                continue;
-            dup += where[a->id] != 0;
-            where[a->id] = chime_task_is_done(t) ? 'g' : 'l';
-            due[a->id] = chime__queued_deadline(&p->heap, t);
-            nlive += where[a->id] == 'l';
-        }
-    /* The near window's sorted runs, from their fronts. */
+        for (uint32_t i = 0; i < p->heap.near[b].n; i++)
+            m_note_queued(p, p->heap.near[b].v[i].task, where, due, &dup,
+                          &nlive);
     for (uint32_t j = 0; j < p->heap.run_count; j++) {
         uint32_t rr = (p->heap.run_head + j) % CHIME_NEAR_RUNS;
-        for (uint32_t i = p->heap.run[rr].pos; i < p->heap.run[rr].n; i++) {
-            struct chime_task *t = p->heap.run[rr].v[i].task;
-            if ((uintptr_t)t & 1u)
-                continue; /* a tombstone */
-            m_arg *a = chime_task_arg(t);
-            if (a == NULL || a->id < 0 || a->id >= M_MAX_TASKS)
-                continue;
-            dup += where[a->id] != 0;
-            where[a->id] = chime_task_is_done(t) ? 'g' : 'l';
-            due[a->id] = chime__queued_deadline(&p->heap, t);
-            nlive += where[a->id] == 'l';
-        }
+        for (uint32_t i = p->heap.run[rr].pos; i < p->heap.run[rr].n; i++)
+            m_note_queued(p, p->heap.run[rr].v[i].task, where, due, &dup,
+                          &nlive);
     }
     /* The due ring (worker.c): due tasks no worker claimed yet are still
      * queued, in order after the heap's none (they were due first). */

@@ -176,6 +176,32 @@ ref_del(ref_set *r, size_t i)
 }
 
 /* Runs `steps` random operations with at most `max_len` queued tasks. */
+/* Pops the head and checks it is the reference's minimum. */
+static void
+pop_checked(chime_heap *h, ref_set *ref, uint64_t seed, size_t step)
+{
+    size_t m = ref_min(ref);
+    struct chime_task *t = heap_pop(h);
+    cr_assert_eq(t, ref->v[m],
+                 "seed %" PRIu64 " step %zu: popped (%" PRId64 ",%" PRIu64
+                 ") expected (%" PRId64 ",%" PRIu64 ")",
+                 seed, step, t ? get_dl(t) : 0, t ? (uint64_t)t->seq : 0,
+                 get_dl(ref->v[m]), (uint64_t)ref->v[m]->seq);
+    cr_assert_eq(t->heap_index, CHIME_HEAP_NONE);
+    ref_del(ref, m);
+}
+
+/* Removes a random queued task. */
+static void
+remove_random(chime_heap *h, ref_set *ref, uint64_t *rs, uint64_t seed)
+{
+    size_t i = (size_t)(rng_next(rs) % ref->n);
+    struct chime_task *t = ref->v[i];
+    chime__heap_remove(h, t);
+    cr_assert_eq(t->heap_index, CHIME_HEAP_NONE, "seed %" PRIu64, seed);
+    ref_del(ref, i);
+}
+
 static void
 random_ops(const char *name, size_t steps, size_t max_len)
 {
@@ -199,21 +225,9 @@ random_ops(const char *name, size_t steps, size_t max_len)
             cr_assert_neq(t->heap_index, CHIME_HEAP_NONE);
             ref.v[ref.n++] = t;
         } else if (op < 65) {
-            size_t m = ref_min(&ref);
-            struct chime_task *t = heap_pop(&h);
-            cr_assert_eq(t, ref.v[m],
-                         "seed %" PRIu64 " step %zu: popped (%" PRId64
-                         ",%" PRIu64 ") expected (%" PRId64 ",%" PRIu64 ")",
-                         seed, step, t ? get_dl(t) : 0, t ? t->seq : 0,
-                         get_dl(ref.v[m]), ref.v[m]->seq);
-            cr_assert_eq(t->heap_index, CHIME_HEAP_NONE);
-            ref_del(&ref, m);
+            pop_checked(&h, &ref, seed, step);
         } else if (op < 80) {
-            size_t i = (size_t)(rng_next(&rs) % ref.n);
-            struct chime_task *t = ref.v[i];
-            chime__heap_remove(&h, t);
-            cr_assert_eq(t->heap_index, CHIME_HEAP_NONE, "seed %" PRIu64, seed);
-            ref_del(&ref, i);
+            remove_random(&h, &ref, &rs, seed);
         } else {
             /* Re-key a random element: a re-arm takes a new seq (it queues
              * behind equal deadlines), a plain deadline change keeps it. */
@@ -298,17 +312,9 @@ random_ops_near(const char *name, size_t steps, size_t max_len)
             in_buckets += (t->heap_index & CHIME_NEAR_FLAG) != 0;
             ref.v[ref.n++] = t;
         } else if (op < 65) {
-            size_t m = ref_min(&ref);
-            struct chime_task *t = heap_pop(&h);
-            cr_assert_eq(t, ref.v[m], "seed %" PRIu64 " step %zu", seed, step);
-            cr_assert_eq(t->heap_index, CHIME_HEAP_NONE);
-            ref_del(&ref, m);
+            pop_checked(&h, &ref, seed, step);
         } else if (op < 75) {
-            size_t i = (size_t)(rng_next(&rs) % ref.n);
-            struct chime_task *t = ref.v[i];
-            chime__heap_remove(&h, t);
-            cr_assert_eq(t->heap_index, CHIME_HEAP_NONE, "seed %" PRIu64, seed);
-            ref_del(&ref, i);
+            remove_random(&h, &ref, &rs, seed);
         } else if (op < 85) {
             /* A cancel: the slot stays, detached, the task is let go of
              * (poisoned here, so a later read of it would show). */
