@@ -228,6 +228,37 @@ touch_check(chime_task *t)
     return 0;
 }
 
+/* A touch that moved the activity back (chime_task_touch_at with an
+ * earlier time than the last): the timer's deadline stays floored at its
+ * heap key, which may now be due. With the system clock the binding's
+ * timerfd is armed for that key anyway; with a custom clock a binding is
+ * made readable when the clock moves (chime_pool_clock_changed), which
+ * judged by the later activity: look again, under the binding's lock. */
+static void
+touched_back(chime_task *t)
+{
+    struct chime_pool *p = t->pool;
+    if (p->clock == NULL)
+        return;
+    struct chime_loop *l = chime__task_loop(t);
+    CHIME_LOCK_LOOP(&l->mu);
+    if (!l->closed && (t->flags & CHIME_TF_INHEAP) &&
+        !chime__state_is_final(chime__task_state(t)) &&
+        chime__timers_deadline_locked(l, t) <= chime__pool_now(p))
+        chime__ready_signal_locked(l);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Stores the activity; a rare move back looks at the binding. */
+static void
+touch_store(chime_task *t, int64_t now)
+{
+    int64_t old = atomic_load_explicit(&t->activity, memory_order_relaxed);
+    atomic_store_explicit(&t->activity, now, memory_order_relaxed);
+    if (now < old)
+        touched_back(t);
+}
+
 int
 chime_task_touch(chime_task *t)
 {
@@ -240,8 +271,7 @@ chime_task_touch(chime_task *t)
      * but it can lag by more than its resolution (7.4 ms against a 4 ms
      * tick, measured on a tickless VM), which would let an idle timeout
      * run early. */
-    atomic_store_explicit(&t->activity, chime__pool_now(t->pool),
-                          memory_order_relaxed);
+    touch_store(t, chime__pool_now(t->pool));
     return 0;
 }
 
@@ -251,7 +281,7 @@ chime_task_touch_at(chime_task *t, int64_t now_ns)
     int rc = touch_check(t);
     if (rc != 0)
         return rc;
-    atomic_store_explicit(&t->activity, now_ns, memory_order_relaxed);
+    touch_store(t, now_ns);
     return 0;
 }
 

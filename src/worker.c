@@ -386,8 +386,17 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
         if (deadline <= now) {
             unsigned n = fill_due_locked(p, w, now);
             /* Leadership passes on if tasks remain with nobody timing
-             * them; or one more worker helps with a batch. */
-            if ((p->leader == NULL && p->heap.len + p->heap.near_n != 0) || n > 1)
+             * them; or one more worker helps with a batch: a follower,
+             * or else the leader (it claims too, then looks again), so
+             * that a batch never waits behind one long callback while
+             * another worker sleeps. */
+            unsigned followers =
+                p->st.idle_waiters - (p->leader != NULL && p->clock != NULL);
+            if (n > 1 && followers == 0 && p->leader != NULL)
+                pthread_cond_signal(&p->leader_cv);
+            else if ((p->leader == NULL &&
+                      p->heap.len + p->heap.near_n != 0) ||
+                     n > 1)
                 pthread_cond_signal(&p->follower_cv);
             return true;
         }

@@ -502,7 +502,9 @@ CHIME_EXPORT int chime_task_touch(chime_task *task);
  * taken earlier (e.g. once per loop iteration, before its events are
  * handled, as libev's ev_now() and libevent's cached time are) lets the
  * timeout run that much early. A now_ns earlier than the task's last
- * activity moves it back. Returns and thread-safety as chime_task_touch(). */
+ * activity moves it back, but never before the deadline the timer was last
+ * armed or requeued at (the binding's fd becomes readable when that is
+ * due). Returns and thread-safety as chime_task_touch(). */
 CHIME_EXPORT int chime_task_touch_at(chime_task *task, int64_t now_ns);
 #define CHIME_HAVE_TASK_TOUCH 1
 
