@@ -341,9 +341,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
         /* Surplus workers leave (core lowered, or the on-demand worker of
          * a zero-core pool). A zero-core pool keeps one while tasks wait. */
         unsigned keep =
-            p->core ? p->core
-                    : (chime__heap_live(&p->heap) || p->heap.len || avail ? 1
-                                                                         : 0);
+            p->core ? p->core : (chime__heap_live(&p->heap) || avail ? 1 : 0);
         if (p->nthreads > keep)
             break;
         if (avail != 0) {
@@ -395,7 +393,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
             if (n > 1 && followers == 0 && p->leader != NULL)
                 pthread_cond_signal(&p->leader_cv);
             else if ((p->leader == NULL &&
-                      p->heap.len + p->heap.near_n != 0) ||
+                      chime__heap_live(&p->heap) != 0) ||
                      n > 1)
                 pthread_cond_signal(&p->follower_cv);
             return true;
@@ -441,7 +439,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
         now = INT64_MIN;
     }
     p->nthreads--;
-    if (p->leader == NULL && p->heap.len + p->heap.near_n != 0)
+    if (p->leader == NULL && chime__heap_live(&p->heap) != 0)
         pthread_cond_signal(&p->follower_cv);
     return false;
 }
