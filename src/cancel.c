@@ -17,6 +17,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "inbox.h"
 #include "pool.h"
 
 #include <errno.h>
@@ -98,6 +99,8 @@ lock_live(struct chime_task *t, struct chime_loop **l)
     *l = chime__task_loop(t);
     pthread_mutex_t *mu = *l ? &(*l)->mu : &p->mu;
     CHIME_LOCK_EITHER(mu, *l != NULL);
+    if (*l == NULL)
+        chime__inbox_take_locked(p);
     if (chime__state_is_final(chime__task_state(t))) {
         pthread_mutex_unlock(mu);
         return -EALREADY;

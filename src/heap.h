@@ -72,6 +72,7 @@ typedef struct chime_theap_slot {
         void *raw;   /* the allocation */                                      \
         uint32_t len;                                                          \
         uint32_t cap;                                                          \
+        uint32_t reserved; /* array slots promised to reserve_more's caller */ \
         uint32_t lazy; /* cancelled, not yet taken out (CHIME_TF_LAZY) */      \
         bool near_on;      /* the near window is used */                       \
         uint32_t near_n;    /* bucket entries, detached ones included */       \
@@ -95,6 +96,10 @@ typedef struct chime_theap_slot {
     void FN(free)(HEAP * h);                                                   \
     /* Reserves room for one more slot. Returns 0 or -ENOMEM. */              \
     int FN(reserve)(HEAP * h);                                                 \
+    /* Promises n more pushes that cannot fail for want of memory (array  \
+     * room kept for them until unreserve gives it back): 0 or -ENOMEM. */\
+    int FN(reserve_more)(HEAP * h, uint32_t n);                                \
+    void FN(unreserve)(HEAP * h, uint32_t n);                                  \
     /* Inserts t with key (deadline, t->seq) and sets CHIME_TF_INHEAP. */     \
     int FN(push)(HEAP * h, struct chime_task * t, int64_t deadline);          \
     /* The head task, or NULL when empty; its deadline (INT64_MAX). Drop   \

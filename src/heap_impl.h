@@ -86,6 +86,7 @@ FN(init)(HEAP *h)
     h->raw = NULL;
     h->len = 0;
     h->cap = 0;
+    h->reserved = 0;
     h->lazy = 0;
     h->near_on = false;
     h->near_n = 0;
@@ -112,10 +113,13 @@ FN(free)(HEAP *h)
     FN(init)(h);
 }
 
-/* Room for want slots in the array. */
+/* Room for want slots in the array, beside the reserved ones. */
 static int
 FN(reserve_n)(HEAP *h, uint32_t want)
 {
+    if (want > UINT32_MAX - h->reserved)
+        return -ENOMEM;
+    want += h->reserved;
     if (want <= h->cap)
         return 0;
     /* Grow by half; heap_index is 32-bit (its top bit marks a bucket
@@ -146,6 +150,22 @@ int
 FN(reserve)(HEAP *h)
 {
     return FN(reserve_n)(h, h->len + h->near_n + 1);
+}
+
+int
+FN(reserve_more)(HEAP *h, uint32_t n)
+{
+    int rc = FN(reserve_n)(h, h->len + h->near_n + n);
+    if (rc == 0)
+        h->reserved += n;
+    return rc;
+}
+
+void
+FN(unreserve)(HEAP *h, uint32_t n)
+{
+    CHIME_ASSERT(n <= h->reserved);
+    h->reserved -= n;
 }
 
 #if MARKS
@@ -215,6 +235,50 @@ FN(entry_cmp)(const void *a, const void *b)
     return FN(slot_less)(x, y) ? -1 : FN(slot_less)(y, x) ? 1 : 0;
 }
 
+/* The runs' ring is full (a backlog of due buckets): bucket b, sorted,
+ * goes at the end of the last run instead, which stays sorted since
+ * buckets open in time order. False if that run cannot grow. */
+static bool
+FN(append_to_run)(HEAP *h, uint32_t b)
+{
+    uint32_t r = (h->run_head + h->run_count - 1) & RUN_MASK;
+    uint32_t n = h->near[b].n, at = h->run[r].n;
+    if (n > NEAR_MAX - at)
+        return false;
+    if (at + n > h->run[r].cap) {
+        uint32_t ncap = h->run[r].cap * 2;
+        if (ncap < at + n)
+            ncap = at + n;
+        SLOT *nv = chime__realloc(h->run[r].v, (size_t)ncap * sizeof(SLOT));
+        if (nv == NULL)
+            return false;
+        h->run[r].v = nv;
+        h->run[r].cap = ncap;
+    }
+    SLOT *v = h->near[b].v;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (DETACHED(v[i]))
+            h->near_lazy--;
+        else
+            v[k++] = v[i];
+    }
+    if (k > 1)
+        qsort(v, k, sizeof(*v), FN(entry_cmp));
+    CHIME_ASSERT(k == 0 || at == h->run[r].pos ||
+                 h->run[r].v[at - 1].deadline <= v[0].deadline);
+    for (uint32_t i = 0; i < k; i++) {
+        h->run[r].v[at + i] = v[i];
+        v[i].task->heap_index = RUN_INDEX(r, at + i);
+    }
+    h->run[r].n = at + k;
+    h->run_n += k;
+    h->near[b].n = 0;
+    h->near_map[b / 64] &= ~(UINT64_C(1) << (b % 64));
+    h->near_n -= n;
+    return true;
+}
+
 /* A bucket whose time has come becomes a run: its live entries sorted by
  * (deadline, seq), consumed from the front. Returns false (nothing done)
  * when the runs' ring is full. */
@@ -222,7 +286,7 @@ static bool
 FN(open_as_run)(HEAP *h, uint32_t b)
 {
     if (h->run_count == CHIME_NEAR_RUNS)
-        return false;
+        return FN(append_to_run)(h, b);
     uint32_t r = (h->run_head + h->run_count) & RUN_MASK;
     /* The bucket's storage becomes the run's; the bucket takes the run
      * slot's (consumed) storage for its later entries. */
@@ -404,8 +468,8 @@ FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
             FN(normalize)(h);
         return 0;
     }
-    if (nrc < 0)
-        return nrc;
+    /* A bucket that could not grow (nrc < 0): the array takes the task,
+     * if it has room (a reserved slot always does). */
 #endif
     int rc = FN(reserve_n)(h, h->len + h->near_n + 1);
     if (rc != 0)

@@ -4,6 +4,7 @@
 #ifndef CHIME_INTERNAL_H
 #define CHIME_INTERNAL_H
 
+#include "inbox.h"
 #include "pool.h"
 
 #endif

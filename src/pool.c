@@ -14,6 +14,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "inbox.h"
 #include "pool.h"
 
 #include <errno.h>
@@ -117,6 +118,19 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     CHIME_HB_ATOMIC(&p->due_now);
     CHIME_HB_ATOMIC(&p->due_stale);
     CHIME_HB_ATOMIC(&p->waiters);
+    /* The submission inbox (inbox.c): closed until the workers exist. */
+    CHIME_HB_ATOMIC(&p->ilock);
+    CHIME_HB_ATOMIC(&p->iopen);
+    CHIME_HB_ATOMIC(&p->ihead);
+    atomic_init(&p->ilock, 0);
+    atomic_init(&p->iopen, false);
+    atomic_init(&p->ihead, NULL);
+    CHIME_HB_ATOMIC(&p->iroom);
+    atomic_init(&p->iroom, 0);
+    CHIME_HB_ATOMIC(&p->istarved);
+    atomic_init(&p->istarved, false);
+    p->imax = CHIME_INBOX_ROOM_MIN;
+    p->iwake = INT64_MAX;
     atomic_init(&p->refs, 1);
     atomic_init(&p->accepting, true);
     p->fork_gen = atomic_load(&chime__fork_gen);
@@ -131,12 +145,13 @@ chime_pool_prestart(chime_pool *p)
         return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     int rc = 0;
     if (p->run_state != CHIME_POOL_RUNNING)
         rc = -ESHUTDOWN;
     else if (p->nthreads < p->core) {
         p->nthreads++;
+        chime__inbox_update_locked(p);
         rc = 1;
     }
     pthread_mutex_unlock(&p->mu);
@@ -169,7 +184,7 @@ chime_pool_set_threads(chime_pool *p, unsigned n)
         return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     p->core = n;
     /* Surplus idle workers notice and exit. */
     pthread_cond_broadcast(&p->follower_cv);
@@ -181,6 +196,7 @@ chime_pool_set_threads(chime_pool *p, unsigned n)
         p->nthreads++;
         spawn_n++;
     }
+    chime__inbox_update_locked(p);
     pthread_mutex_unlock(&p->mu);
     /* A worker that cannot start gives its slot back (chime__spawn); the
      * queued tasks wait for the next submission or prestart, as they would
@@ -197,7 +213,7 @@ chime_pool_threads(chime_pool *p)
         return 0;
     if (CHIME_FORKED(p))
         return 0;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     unsigned n = p->core;
     pthread_mutex_unlock(&p->mu);
     return n;
@@ -211,7 +227,7 @@ set_policy(chime_pool *p, _Atomic bool *field, bool on)
     if (CHIME_FORKED(p))
         return -ECHILD;
     struct chime_task *garbage = NULL;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     *field = on;
     if (!on && p->run_state == CHIME_POOL_SHUTDOWN)
         chime__on_shutdown_locked(p, &garbage);
@@ -227,7 +243,7 @@ get_policy(chime_pool *p, const _Atomic bool *field)
         return false;
     if (CHIME_FORKED(p))
         return false;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     bool r = *field;
     pthread_mutex_unlock(&p->mu);
     return r;
@@ -264,7 +280,7 @@ chime_pool_set_remove_on_cancel(chime_pool *p, bool on)
         return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     p->remove_on_cancel = on;
     pthread_mutex_unlock(&p->mu);
     return 0;
@@ -283,7 +299,7 @@ chime_pool_clock_changed(chime_pool *p)
         return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     chime__new_head_locked(p);
     /* Bindings have no timerfd with a custom clock: each dispatch looks
      * at its timers against the new time. */
@@ -357,7 +373,7 @@ chime_pool_remove(chime_pool *p, chime_task *t)
         chime__free_garbage(garbage);
         return rc;
     }
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     /* A task in the due ring (live, or a retained cancelled one) goes
      * back to the heap with the rest of the ring first: then it is
      * removed as any queued task. */
@@ -395,6 +411,8 @@ chime_pool_contains(chime_pool *p, chime_task *t)
     struct chime_loop *l = chime__task_loop(t);
     pthread_mutex_t *mu = l ? &l->mu : &p->mu;
     CHIME_LOCK_EITHER(mu, l != NULL);
+    if (l == NULL)
+        chime__inbox_take_locked(p);
     struct chime_task *garbage = NULL;
     /* A retained cancelled task in the due ring is still queued: the
      * ring goes back to the heap to say so. */
@@ -422,7 +440,7 @@ chime_pool_purge(chime_pool *p)
     if (CHIME_FORKED(p))
         return -ECHILD;
     struct chime_task *removed = NULL, *garbage = NULL;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     /* Cancelled tasks in the due ring go too: back to the heap first. */
     chime__due_return_locked(p, &garbage);
     uint32_t lazy = p->heap.lazy + p->heap.near_lazy;
@@ -455,7 +473,7 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
         return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     *out = p->st;
     out->pending = chime__heap_live(&p->heap) + atomic_load(&p->due_live) +
                    p->due_ghosts;

@@ -169,6 +169,28 @@ struct chime_pool {
     void *clock_ctx;
 
     _Atomic size_t refs; /* owner (until destroy) + tasks with poolref */
+
+    /* The submission inbox (inbox.c): pool one-shots submitted without mu,
+     * on their own cache lines (producers write them; workers read them
+     * once per turn). Guarded by ilock, a spinlock taken after mu when
+     * both are held. */
+    char ipad_[64];
+    _Atomic int ilock;
+    _Atomic bool iopen; /* ilock (written under mu too): the fast path is
+                           open; read without the lock as a hint */
+    _Atomic(struct chime_task *) ihead; /* ilock: FIFO through t->next,
+                                           the deadline in defer_deadline;
+                                           read without it as a hint */
+    _Atomic uint32_t iroom; /* ilock: submissions the inbox may still take,
+                               each with a heap slot reserved; read
+                               without it as a hint */
+    _Atomic bool istarved;  /* a submission found no room (any thread);
+                               the next top-up doubles imax */
+    uint32_t imax;          /* mu: the room a top-up gives */
+    struct chime_task *itail;  /* ilock */
+    struct chime_task *ifree;  /* ilock: free nodes for the inbox */
+    int64_t iwake; /* ilock: a submission due before this wakes a worker */
+    char ipad2_[64];
 };
 
 /* The deferred re-arm (CHIME_TF_DEFER, set by chime_task_rearm in

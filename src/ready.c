@@ -34,6 +34,7 @@
 #include "clock.h"
 #include "heap.h"
 #include "ready.h"
+#include "spin.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -109,21 +110,13 @@ signal_locked(struct chime_loop *l, bool force)
 void
 chime__ready_plock(struct chime_loop *l)
 {
-    for (unsigned spins = 0;; spins++) {
-        if (!atomic_load_explicit(&l->plock, memory_order_relaxed) &&
-            !atomic_exchange_explicit(&l->plock, 1, memory_order_acquire))
-            break;
-        if (spins >= 64)
-            sched_yield(); /* the holder may have been preempted */
-    }
-    CHIME_HB_AFTER(&l->plock);
+    chime__spin_lock(&l->plock);
 }
 
 void
 chime__ready_punlock(struct chime_loop *l)
 {
-    CHIME_HB_BEFORE(&l->plock);
-    atomic_store_explicit(&l->plock, 0, memory_order_release);
+    chime__spin_unlock(&l->plock);
 }
 
 void

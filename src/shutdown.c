@@ -15,6 +15,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "inbox.h"
 #include "post.h"
 
 #include <errno.h>
@@ -94,10 +95,11 @@ chime_pool_shutdown(chime_pool *p)
     if (CHIME_FORKED(p))
         return -ECHILD;
     struct chime_task *garbage = NULL;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     if (p->run_state == CHIME_POOL_RUNNING) {
         p->run_state = CHIME_POOL_SHUTDOWN;
         atomic_store(&p->accepting, false);
+        chime__inbox_update_locked(p); /* closed and drained */
         chime__on_shutdown_locked(p, &garbage);
     }
     pthread_mutex_unlock(&p->mu);
@@ -169,10 +171,11 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
 
     struct chime_task *removed = NULL, *garbage = NULL, *never_ran = NULL;
     size_t n = 0;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     if (p->run_state < CHIME_POOL_STOP)
         p->run_state = CHIME_POOL_STOP;
     atomic_store(&p->accepting, false);
+    chime__inbox_update_locked(p); /* closed and drained */
     chime__heap_filter(&p->heap, drop_all, NULL, &removed);
     /* Due tasks that no worker claimed yet never start either. */
     chime__due_grab_locked(p, &removed);
@@ -253,7 +256,7 @@ chime_pool_await_termination(chime_pool *p, int64_t timeout_ns)
     struct timespec ts = chime__abs_timespec(
         chime__sat_add(chime__monotonic_ns(), timeout_ns > 0 ? timeout_ns : 0));
     int rc = 0;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     while (p->run_state != CHIME_POOL_TERMINATED) {
         if (timeout_ns == 0) {
             rc = -ETIMEDOUT;
@@ -285,14 +288,14 @@ chime_pool_destroy(chime_pool *p)
      * from under them. */
     if (chime__on_own_worker(p) || chime__inside(p, CHIME_FRAME_ANY))
         return -EDEADLK;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     bool busy = !chime__list_empty(&p->loops);
     pthread_mutex_unlock(&p->mu);
     if (busy)
         return -EBUSY;
     chime_pool_shutdown_now(p, NULL, NULL);
     chime_pool_await_termination(p, CHIME_FOREVER);
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     bool join = p->have_last;
     pthread_t last = p->last_exited;
     p->have_last = false;
@@ -312,7 +315,7 @@ chime_pool_is_shutdown(chime_pool *p)
         return false;
     if (CHIME_FORKED(p))
         return false;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     bool r = p->run_state >= CHIME_POOL_SHUTDOWN;
     pthread_mutex_unlock(&p->mu);
     return r;
@@ -325,7 +328,7 @@ chime_pool_is_terminating(chime_pool *p)
         return false;
     if (CHIME_FORKED(p))
         return false;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     bool r = p->run_state >= CHIME_POOL_SHUTDOWN &&
              p->run_state < CHIME_POOL_TERMINATED;
     pthread_mutex_unlock(&p->mu);
@@ -339,7 +342,7 @@ chime_pool_is_terminated(chime_pool *p)
         return false;
     if (CHIME_FORKED(p))
         return false;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     bool r = p->run_state == CHIME_POOL_TERMINATED;
     pthread_mutex_unlock(&p->mu);
     return r;

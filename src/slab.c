@@ -4,10 +4,12 @@
  * Design notes
  * - Tasks are 48-byte nodes carved from chunks of SLAB_CHUNK_TASKS: no
  *   allocator header per task, and allocation is a pointer pop under the
- *   pool lock that a submission takes anyway.
+ *   pool lock (the owner's free list).
  * - A node is freed without any lock onto the remote stack (CAS push);
  *   the owner takes that stack whole (exchange, so no ABA) when its own
- *   list runs dry.
+ *   list runs dry. Other consumers (the submission inbox, inbox.c) take
+ *   it whole the same way, without the lock (chime__slab_take); a new
+ *   chunk joins the chunk list by CAS, so that needs no lock either.
  * - The chunks go with the pool's memory (chime__slab_destroy from the
  *   pool's last reference), which every task holding a handle keeps alive.
  * - Free nodes keep the free-list link in their first word; under ASan the
@@ -23,9 +25,35 @@ void
 chime__slab_init(struct chime_slab *s)
 {
     s->free = NULL;
-    s->chunks = NULL;
+    CHIME_HB_ATOMIC(&s->chunks);
+    atomic_init(&s->chunks, NULL);
     CHIME_HB_ATOMIC(&s->remote);
     atomic_init(&s->remote, NULL);
+}
+
+/* A new chunk's nodes as a free list, or NULL if no memory. The chunk
+ * joins the chunk list by CAS: any thread, no lock. */
+static struct chime_task *
+new_chunk(struct chime_slab *s)
+{
+    size_t size = sizeof(struct chime_task) * (SLAB_CHUNK_TASKS + 1);
+    struct chime_task *c = chime__malloc(size);
+    if (c == NULL)
+        return NULL;
+    struct chime_task *t = NULL;
+    for (unsigned i = SLAB_CHUNK_TASKS; i >= 1; i--) {
+        *chime__node_link(&c[i]) = t;
+        t = &c[i];
+        chime__node_freed(t);
+    }
+    /* Its first word links the chunk list. */
+    void *head = atomic_load_explicit(&s->chunks, memory_order_relaxed);
+    do
+        *(void **)c = head;
+    while (!atomic_compare_exchange_weak_explicit(
+        &s->chunks, &head, (void *)c, memory_order_release,
+        memory_order_relaxed));
+    return t;
 }
 
 struct chime_task *
@@ -33,24 +61,9 @@ chime__slab_alloc_locked(struct chime_slab *s)
 {
     struct chime_task *t = s->free;
     if (t == NULL) {
-        t = atomic_exchange_explicit(&s->remote, NULL, memory_order_acquire);
-        CHIME_HB_AFTER(&s->remote);
-        if (t == NULL) {
-            /* A new chunk: its first word links the chunk list. */
-            size_t size = sizeof(struct chime_task) * (SLAB_CHUNK_TASKS + 1);
-            struct chime_task *c = chime__malloc(size);
-            if (c == NULL)
-                return NULL;
-            *chime__node_link(c) = s->chunks;
-            s->chunks = c;
-            for (unsigned i = SLAB_CHUNK_TASKS; i >= 2; i--) {
-                *chime__node_link(&c[i]) = t;
-                t = &c[i];
-                chime__node_freed(t);
-            }
-            s->free = t;
-            return &c[1];
-        }
+        t = chime__slab_take(s);
+        if (t == NULL)
+            return NULL;
     }
     chime__node_reused(t);
     s->free = *chime__node_link(t);
@@ -59,6 +72,17 @@ chime__slab_alloc_locked(struct chime_slab *s)
     if (s->free != NULL)
         __builtin_prefetch(s->free, 1);
     return t;
+}
+
+struct chime_task *
+chime__slab_take(struct chime_slab *s)
+{
+    struct chime_task *t = NULL;
+    if (atomic_load_explicit(&s->remote, memory_order_relaxed) != NULL) {
+        t = atomic_exchange_explicit(&s->remote, NULL, memory_order_acquire);
+        CHIME_HB_AFTER(&s->remote);
+    }
+    return t != NULL ? t : new_chunk(s);
 }
 
 void
@@ -79,13 +103,13 @@ chime__slab_free(struct chime_slab *s, struct chime_task *t)
 void
 chime__slab_destroy(struct chime_slab *s)
 {
-    void *c = s->chunks;
+    void *c = atomic_load_explicit(&s->chunks, memory_order_relaxed);
     while (c) {
         void *next = *(void **)c;
         chime__free(c);
         c = next;
     }
-    s->chunks = NULL;
+    atomic_store_explicit(&s->chunks, NULL, memory_order_relaxed);
     s->free = NULL;
     atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
 }

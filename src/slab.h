@@ -12,13 +12,19 @@ struct chime_slab {
     /* Nodes freed by any thread without a lock (a Treiber stack: pushed by
      * CAS, emptied whole by exchange, so no ABA). */
     _Atomic(struct chime_task *) remote;
-    void *chunks; /* the owner's lock: every chunk, linked by first word */
+    /* Every chunk, linked by first word (pushed by CAS: chime__slab_take
+     * needs no lock; walked only by destroy). */
+    _Atomic(void *) chunks;
 };
 
 void chime__slab_init(struct chime_slab *s);
 /* A node (uninitialised), or NULL if no memory. The caller holds the lock
  * that guards the slab's owner (the pool mutex). */
 struct chime_task *chime__slab_alloc_locked(struct chime_slab *s);
+/* Takes every node freed so far, or a new chunk's nodes if none was: a
+ * list through the nodes' first word (poisoned as free nodes are), or NULL
+ * if no memory. Any thread, no lock. */
+struct chime_task *chime__slab_take(struct chime_slab *s);
 /* Returns a node; any thread, no lock. */
 void chime__slab_free(struct chime_slab *s, struct chime_task *t);
 /* Frees every chunk: no node may be in use. */

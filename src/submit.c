@@ -15,6 +15,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "inbox.h"
 #include "pool.h"
 
 #include <errno.h>
@@ -28,7 +29,7 @@ run_in_caller(struct chime_pool *p, struct chime_task *t)
     void *result;
     int rc = chime__invoke(p, t, &result);
     struct chime_task *garbage = NULL;
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     p->st.completed++;
     if (!chime__state_is_final(chime__task_state(t))) {
         if (rc != 0) {
@@ -167,7 +168,7 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
         chime__leave(&f);
         if (rc != 0 && out)
             chime_task_release(t);
-        CHIME_LOCK_POOL(&p->mu);
+        chime__pool_lock(p);
         chime__drop_locked(t, &garbage);
         pthread_mutex_unlock(&p->mu);
         chime__free_garbage(garbage);
@@ -272,11 +273,15 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         int rc = loop_submit_fast(p, loop, fn, arg, kind, delay, period, out);
         if (rc != 1)
             return rc;
+    } else if (kind == CHIME_KIND_ONESHOT) {
+        int rc = chime__inbox_push(p, fn, arg, delay, out);
+        if (rc != 1)
+            return rc;
     }
     /* The deadline's clock read happens before the lock: a time read
      * during the call, and one less cache-missing wait inside it. */
     int64_t now = chime__pool_now(p);
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     struct chime_task *t = chime__slab_alloc_locked(&p->slab);
     if (t == NULL) {
         pthread_mutex_unlock(&p->mu);
@@ -306,7 +311,7 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
             return rc;
         /* DISCARD_OLDEST made room: look again (the binding may have been
          * closed while the lock was dropped). */
-        CHIME_LOCK_POOL(&p->mu);
+        chime__pool_lock(p);
         now = chime__pool_now(p);
     }
 
@@ -349,7 +354,7 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         if (rc != 0) {
             /* No worker at all means the task could never run: take it
              * back and report (Java accepts it silently; B50). */
-            CHIME_LOCK_POOL(&p->mu);
+            chime__pool_lock(p);
             /* Exiting workers (in their stop hook) take nothing more. */
             bool take_back = p->nthreads == 0 &&
                              (t->flags & CHIME_TF_INHEAP) &&

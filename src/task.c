@@ -26,6 +26,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "inbox.h"
 #include "pool.h"
 
 #include <errno.h>
@@ -139,6 +140,8 @@ chime_task_remaining(chime_task *t)
     struct chime_loop *l = chime__task_loop(t);
     pthread_mutex_t *mu = l ? &l->mu : &p->mu;
     CHIME_LOCK_EITHER(mu, l != NULL);
+    if (l == NULL)
+        chime__inbox_take_locked(p);
     int64_t r = 0;
     int st = chime__task_state(t);
     if (!chime__state_is_final(st)) {

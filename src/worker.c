@@ -25,6 +25,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "inbox.h"
 #include "pool.h"
 
 #include <errno.h>
@@ -64,7 +65,7 @@ release_garbage(struct chime_pool *p, struct chime_worker *w)
     w->garbage = NULL;
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(g);
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     return true;
 }
 
@@ -337,6 +338,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
     for (;;) {
         if (p->run_state >= CHIME_POOL_STOP)
             break;
+        chime__inbox_take_locked(p);
         size_t avail = due_avail(p);
         /* Surplus workers leave (core lowered, or the on-demand worker of
          * a zero-core pool). A zero-core pool keeps one while tasks wait. */
@@ -404,6 +406,11 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
             now = INT64_MIN;
             continue; /* the lock was dropped: decide again */
         }
+        /* Submissions through the inbox due before the head wake it. */
+        if (!chime__inbox_arm_locked(p, true, deadline)) {
+            now = INT64_MIN;
+            continue;
+        }
         /* Become the leader: the only timed waiter. */
         p->leader = w;
         if (p->clock) {
@@ -433,12 +440,19 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
             now = INT64_MIN;
             continue;
         }
+        /* With a leader, it times the inbox too; without one, any
+         * submission wakes a worker. */
+        if (!chime__inbox_arm_locked(p, p->leader == NULL, INT64_MAX)) {
+            now = INT64_MIN;
+            continue;
+        }
         p->st.idle_waiters++;
         pthread_cond_wait(&p->follower_cv, &p->mu);
         p->st.idle_waiters--;
         now = INT64_MIN;
     }
     p->nthreads--;
+    chime__inbox_update_locked(p);
     if (p->leader == NULL && chime__heap_live(&p->heap) != 0)
         pthread_cond_signal(&p->follower_cv);
     return false;
@@ -566,7 +580,7 @@ turn_locked(struct chime_pool *p, struct chime_worker *w)
 static void
 wake_waiters(struct chime_pool *p)
 {
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     pthread_cond_broadcast(&p->done_cv);
     pthread_mutex_unlock(&p->mu);
 }
@@ -661,7 +675,7 @@ worker_main(void *arg)
      * deadline: the default 50 us of timer slack would be lateness. */
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     /* Counted here, not by the creator: a short-lived worker may be gone
      * before its creator could look. */
     if (++p->nlive > p->st.largest_threads)
@@ -671,7 +685,7 @@ worker_main(void *arg)
     if (p->on_thread_start)
         p->on_thread_start(p, p->hook_ctx);
 
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     for (;;) {
         turn_locked(p, w);
         if (!take_locked(p, w))
@@ -683,7 +697,7 @@ worker_main(void *arg)
         pthread_mutex_unlock(&p->mu);
         chime__free_garbage(g);
         run_due(p, w);
-        CHIME_LOCK_POOL(&p->mu);
+        chime__pool_lock(p);
     }
     /* nthreads was decremented by take_locked: no task is waiting on us. */
     p->nexiting++;
@@ -699,7 +713,7 @@ worker_main(void *arg)
     if (p->on_thread_stop)
         p->on_thread_stop(p, p->hook_ctx);
 
-    CHIME_LOCK_POOL(&p->mu);
+    chime__pool_lock(p);
     bool join_prev = p->have_last;
     pthread_t prev = p->last_exited;
     p->have_last = true;
@@ -744,7 +758,7 @@ chime__spawn(struct chime_pool *p)
         CHIME_HB_ATOMIC(&w->ran);
         CHIME_HB_ATOMIC(&w->running);
         CHIME_HB_ATOMIC(&w->max_lateness);
-        CHIME_LOCK_POOL(&p->mu);
+        chime__pool_lock(p);
         w->index = p->next_index++;
         /* Linked before it runs so shutdown_now can reach its task. */
         chime__list_push(&p->workers, &w->link);
@@ -757,7 +771,7 @@ chime__spawn(struct chime_pool *p)
         rc = create(&tid, &attr, worker_main, w, p->hook_ctx);
         chime__leave(&f);
         if (rc != 0) {
-            CHIME_LOCK_POOL(&p->mu);
+            chime__pool_lock(p);
             chime__list_remove(&w->link);
             pthread_mutex_unlock(&p->mu);
         }
@@ -765,8 +779,9 @@ chime__spawn(struct chime_pool *p)
     if (have_attr)
         pthread_attr_destroy(&attr);
     if (rc != 0) {
-        CHIME_LOCK_POOL(&p->mu);
+        chime__pool_lock(p);
         p->nthreads--;
+        chime__inbox_update_locked(p);
         chime__try_terminate_locked(p);
         pthread_mutex_unlock(&p->mu);
         chime__free(w);
@@ -783,6 +798,7 @@ chime__need_worker_locked(struct chime_pool *p)
     CHIME_ASSERT_HELD(&p->mu);
     if (p->nthreads < p->core || (p->core == 0 && p->nthreads == 0)) {
         p->nthreads++;
+        chime__inbox_update_locked(p);
         return 1;
     }
     return 0;

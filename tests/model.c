@@ -2757,7 +2757,7 @@ m_check_queue(m_rig *r)
     static _Thread_local char where[M_MAX_TASKS]; /* 0, 'l'ive, 'g'host */
     size_t nlive = 0, dup = 0;
     memset(where, 0, sizeof(where));
-    pthread_mutex_lock(&p->mu);
+    chime__pool_lock(p); /* the inbox's tasks too */
     int heap_ok = chime__heap_check(&p->heap);
     for (uint32_t i = 0; i < p->heap.len; i++) {
         struct chime_task *t = p->heap.slots[i].task;

@@ -304,7 +304,7 @@ check_call(sc *s, int rc, int want, const char *what)
 static bool
 quiet(chime_pool *p)
 {
-    pthread_mutex_lock(&p->mu);
+    chime__pool_lock(p); /* the inbox's tasks too */
     /* The head slot carries the head's deadline. */
     bool q =
         (p->heap.len == 0 || p->heap.slots[0].deadline > chime__pool_now(p)) &&
@@ -316,8 +316,10 @@ quiet(chime_pool *p)
 static bool
 heap_full(chime_pool *p)
 {
-    pthread_mutex_lock(&p->mu);
-    bool full = p->heap.len >= p->heap.cap;
+    chime__pool_lock(p);
+    /* The slots reserved for the submission inbox count (inbox.c). */
+    bool full =
+        p->heap.len + p->heap.near_n + p->heap.reserved >= p->heap.cap;
     pthread_mutex_unlock(&p->mu);
     return full;
 }

@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: MIT */
+/* The submission inbox: pool one-shots submitted without the pool's lock.
+ *
+ * Design notes
+ * - Why. A submission that takes pool->mu meets the workers there (they
+ *   fill the due ring and settle under it), and on a busy pool the
+ *   producer spends most of its time waiting for the lock. Through the
+ *   inbox a submission takes ilock, a spinlock that only producers and a
+ *   draining worker take, for a dozen stores: pop a node from the inbox's
+ *   free list, fill it in, link it at the tail.
+ * - Where the key lives. A task in the inbox keeps its deadline in
+ *   defer_deadline (a one-shot's period field) and its link in `next`;
+ *   the drain gives it a sequence number from next_seq, in list order, and
+ *   pushes it into the heap. The list is FIFO in the order of ilock's
+ *   critical sections, and every other way to take a sequence number
+ *   takes pool->mu, which drains first (chime__pool_lock): FIFO among
+ *   equal deadlines holds as when every submission took the lock.
+ * - Who drains. Whoever takes pool->mu to look at the queue or at a task
+ *   (chime__pool_lock: cancel, re-arm, remove, stats, shutdown, ...), and
+ *   every worker at each look at the heap (take_locked). A handle's task
+ *   is therefore in the heap by the time anyone can ask about it.
+ * - Wake-ups. A worker about to wait arms iwake under ilock after seeing
+ *   the inbox empty (chime__inbox_arm_locked): the leader with its head's
+ *   deadline, an idle worker with nobody timing the heap with INT64_MAX.
+ *   A producer whose deadline is before iwake sets it to INT64_MIN (a
+ *   wake-up is under way: later ones need not) and takes pool->mu, which
+ *   drains the inbox: the new head wakes the leader, or a follower, as a
+ *   locked submission did (chime__new_head_locked). Both sides decide
+ *   under ilock, so a worker either sees the task before it waits or the
+ *   producer sees its iwake; the wake itself takes pool->mu, which the
+ *   worker holds until it waits. While workers run callbacks nobody
+ *   needs waking: each looks at the inbox before it waits again.
+ *   docs/model/inbox.pml.
+ * - Memory. The heap cannot fail a drained task: the inbox takes a task
+ *   only against room (iroom), and each unit of room is an array slot
+ *   reserved in the heap (heap.reserved = room + tasks in the inbox). A
+ *   drain tops the room up to imax, from the array's spare slots first
+ *   (imax doubles, up to CHIME_INBOX_ROOM_MAX and to the queue's length,
+ *   whenever a submission found no room: a producer that outruns the
+ *   drains gets more); it grows the array only when the room is spent, and a growth
+ *   that fails leaves it spent. Without room a submission takes the
+ *   locked path, which drains (and tops up) first and reports -ENOMEM
+ *   itself. Nodes come from the slab's freed stack (an exchange, no
+ *   lock), or from the slab under pool->mu when nothing was freed.
+ * - Termination. iopen is read under ilock and changed under pool->mu
+ *   and ilock (chime__inbox_update_locked): open while the pool runs with
+ *   all its core workers and no capacity bound (a capacity, a zero-core
+ *   pool and the first submissions, which start workers, take the lock).
+ *   Closing drains, so a submission either saw the inbox closed (the
+ *   locked path decides) or is in the heap when shutdown applies its
+ *   policy.
+ */
+#include "inbox.h"
+
+#include <errno.h>
+
+
+/* Finds free nodes for the inbox: false if there is no memory. */
+static bool
+refill(struct chime_pool *p)
+{
+    struct chime_task *list = chime__slab_take(&p->slab);
+    if (list == NULL)
+        return false;
+    chime__spin_lock(&p->ilock);
+    if (p->ifree != NULL) {
+        /* Another producer refilled meanwhile (rare): append. */
+        struct chime_task *last = list;
+        while (*chime__node_link(last) != NULL)
+            last = *chime__node_link(last);
+        *chime__node_link(last) = p->ifree;
+    }
+    p->ifree = list;
+    chime__spin_unlock(&p->ilock);
+    return true;
+}
+
+int
+chime__inbox_push(struct chime_pool *p, chime_task_fn fn, void *arg,
+                  int64_t delay, chime_task **out)
+{
+    if (!atomic_load_explicit(&p->iopen, memory_order_relaxed))
+        return 1;
+    int64_t deadline = chime__deadline_after(chime__pool_now(p), delay);
+    chime__spin_lock(&p->ilock);
+    for (;;) {
+        if (!atomic_load_explicit(&p->iopen, memory_order_relaxed) ||
+            atomic_load_explicit(&p->iroom, memory_order_relaxed) == 0) {
+            if (atomic_load_explicit(&p->iopen, memory_order_relaxed))
+                atomic_store_explicit(&p->istarved, true,
+                                      memory_order_relaxed);
+            chime__spin_unlock(&p->ilock);
+            return 1;
+        }
+        if (p->ifree != NULL)
+            break;
+        chime__spin_unlock(&p->ilock);
+        if (!refill(p))
+            return 1;
+        chime__spin_lock(&p->ilock);
+    }
+    struct chime_task *t = p->ifree;
+    p->ifree = *chime__node_link(t);
+    /* The next node was freed by a worker on another core: fetch it while
+     * this one is filled in. */
+    if (p->ifree != NULL)
+        __builtin_prefetch(p->ifree, 1);
+    atomic_store_explicit(&p->iroom,
+                          atomic_load_explicit(&p->iroom,
+                                               memory_order_relaxed) - 1,
+                          memory_order_relaxed);
+    chime__node_reused(t);
+    chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, 0, out != NULL);
+    t->defer_deadline = deadline;
+    t->next = NULL;
+    if (p->itail != NULL)
+        p->itail->next = t;
+    else
+        atomic_store_explicit(&p->ihead, t, memory_order_relaxed);
+    p->itail = t;
+    bool wake = deadline < p->iwake;
+    if (wake)
+        p->iwake = INT64_MIN;
+    chime__spin_unlock(&p->ilock);
+    if (out)
+        *out = t; /* its handle reference keeps it, whatever ran since */
+    if (wake) {
+        chime__pool_lock(p); /* drains: the new head wakes a worker */
+        pthread_mutex_unlock(&p->mu);
+    }
+    return 0;
+}
+
+/* Gives the inbox room again (see the design notes). */
+static void
+top_up_locked(struct chime_pool *p)
+{
+    if (atomic_load_explicit(&p->istarved, memory_order_relaxed)) {
+        atomic_store_explicit(&p->istarved, false, memory_order_relaxed);
+        /* More room for a producer that outruns the drains, but never
+         * more than the queue holds: reserved slots are memory. */
+        if (p->imax < CHIME_INBOX_ROOM_MAX &&
+            p->imax < chime__heap_live(&p->heap))
+            p->imax *= 2;
+    }
+    uint32_t room = atomic_load_explicit(&p->iroom, memory_order_relaxed);
+    if (room >= p->imax / 2 ||
+        !atomic_load_explicit(&p->iopen, memory_order_relaxed))
+        return;
+    chime_heap *h = &p->heap;
+    uint32_t used = h->len + h->near_n + h->reserved;
+    uint32_t add = p->imax - room;
+    if (used < h->cap) {
+        if (add > h->cap - used)
+            add = h->cap - used; /* spare slots only: no allocation */
+    } else if (room != 0) {
+        return; /* grow only once the room is spent */
+    }
+    if (chime__heap_reserve_more(h, add) != 0)
+        return;
+    /* Room only shrinks meanwhile (producers): the reservation is made
+     * before it is offered. */
+    chime__spin_lock(&p->ilock);
+    if (atomic_load_explicit(&p->iopen, memory_order_relaxed)) {
+        atomic_store_explicit(
+            &p->iroom,
+            atomic_load_explicit(&p->iroom, memory_order_relaxed) + add,
+            memory_order_relaxed);
+        add = 0;
+    }
+    chime__spin_unlock(&p->ilock);
+    chime__heap_unreserve(h, add); /* closed meanwhile: not offered */
+}
+
+void
+chime__inbox_drain_locked(struct chime_pool *p)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    struct chime_task *list = NULL;
+    if (atomic_load_explicit(&p->ihead, memory_order_relaxed) != NULL) {
+        chime__spin_lock(&p->ilock);
+        list = atomic_load_explicit(&p->ihead, memory_order_relaxed);
+        atomic_store_explicit(&p->ihead, NULL, memory_order_relaxed);
+        p->itail = NULL;
+        chime__spin_unlock(&p->ilock);
+    }
+    bool head = false;
+    while (list != NULL) {
+        struct chime_task *t = list;
+        list = t->next;
+        int64_t deadline = t->defer_deadline;
+        t->defer_deadline = 0; /* a one-shot's period */
+        t->seq = p->next_seq++;
+        chime__heap_unreserve(&p->heap, 1);
+        int rc = chime__heap_push(&p->heap, t, deadline);
+        CHIME_ASSERT(rc == 0); /* its slot was reserved */
+        (void)rc;
+        head |= t->heap_index == 0;
+        p->st.submitted++;
+    }
+    if (head)
+        chime__new_head_locked(p);
+    top_up_locked(p);
+}
+
+bool
+chime__inbox_arm_locked(struct chime_pool *p, bool set, int64_t before)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    if (atomic_load_explicit(&p->ihead, memory_order_relaxed) != NULL)
+        return false;
+    chime__spin_lock(&p->ilock);
+    bool empty = atomic_load_explicit(&p->ihead, memory_order_relaxed) == NULL;
+    if (empty && set)
+        p->iwake = before;
+    chime__spin_unlock(&p->ilock);
+    return empty;
+}
+
+void
+chime__inbox_update_locked(struct chime_pool *p)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    bool open = p->run_state == CHIME_POOL_RUNNING && p->core > 0 &&
+                p->nthreads >= p->core && p->max_pending == 0;
+    if (open == atomic_load_explicit(&p->iopen, memory_order_relaxed))
+        return;
+    chime__spin_lock(&p->ilock);
+    atomic_store_explicit(&p->iopen, open, memory_order_relaxed);
+    uint32_t room = 0;
+    if (!open) {
+        /* The room goes back; the nodes stay for a reopening. */
+        room = atomic_load_explicit(&p->iroom, memory_order_relaxed);
+        atomic_store_explicit(&p->iroom, 0, memory_order_relaxed);
+    }
+    chime__spin_unlock(&p->ilock);
+    chime__heap_unreserve(&p->heap, room);
+    chime__inbox_drain_locked(p); /* closing: what came in before; opening:
+                                     the first room */
+}

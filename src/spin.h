@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/* A spinlock for critical sections of a dozen stores that producers share
+ * (a binding's post list, the pool's submission inbox). Not API.
+ * A waiter spins on a plain load (no write while the lock is held) and
+ * yields after 64 looks, since on a loaded machine the holder may have been
+ * preempted. */
+#ifndef CHIME_SPIN_H
+#define CHIME_SPIN_H
+
+#include "common.h"
+
+#include <sched.h>
+
+static inline void
+chime__spin_lock(_Atomic int *lock)
+{
+    for (unsigned spins = 0;; spins++) {
+        if (!atomic_load_explicit(lock, memory_order_relaxed) &&
+            !atomic_exchange_explicit(lock, 1, memory_order_acquire))
+            break;
+        if (spins >= 64)
+            sched_yield();
+    }
+    CHIME_HB_AFTER(lock);
+}
+
+static inline void
+chime__spin_unlock(_Atomic int *lock)
+{
+    CHIME_HB_BEFORE(lock);
+    atomic_store_explicit(lock, 0, memory_order_release);
+}
+
+#endif
