@@ -87,6 +87,8 @@ typedef struct chime_theap_slot {
         uint32_t run_head, run_count; /* the runs' ring */                    \
         uint32_t run_n;    /* run entries not consumed, tombstones incl. */   \
         uint32_t run_lazy; /* tombstones among them */                         \
+        SLOT *scratch;     /* the bucket sort's buffer */                      \
+        uint32_t scratch_cap;                                                  \
         struct {                                                               \
             SLOT *v;                                                           \
             uint32_t n, pos, cap;                                              \

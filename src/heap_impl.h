@@ -100,6 +100,8 @@ FN(init)(HEAP *h)
     h->run_n = 0;
     h->run_lazy = 0;
     memset(h->run, 0, sizeof(h->run));
+    h->scratch = NULL;
+    h->scratch_cap = 0;
 }
 
 void
@@ -110,6 +112,7 @@ FN(free)(HEAP *h)
         chime__free(h->near[b].v);
     for (uint32_t r = 0; r < CHIME_NEAR_RUNS; r++)
         chime__free(h->run[r].v);
+    chime__free(h->scratch);
     FN(init)(h);
 }
 
@@ -228,11 +231,119 @@ FN(run_tomb)(HEAP *h, struct chime_task *t)
     h->run_lazy++;
 }
 
-static int
-FN(entry_cmp)(const void *a, const void *b)
+/* Sorts a bucket's entries by key: a quicksort (median of three, the
+ * smaller side first so the stack stays O(log n)) finished by insertion
+ * sort, with the comparison inlined; qsort's indirect calls and merge
+ * buffer cost a tenth of a busy worker's time. */
+static void
+FN(sort_slots)(SLOT *v, uint32_t n)
 {
-    const SLOT *x = a, *y = b;
-    return FN(slot_less)(x, y) ? -1 : FN(slot_less)(y, x) ? 1 : 0;
+    while (n > 16) {
+        SLOT *a = &v[0], *m = &v[n / 2], *z = &v[n - 1], t;
+        if (FN(slot_less)(m, a)) { t = *m; *m = *a; *a = t; }
+        if (FN(slot_less)(z, m)) {
+            t = *z; *z = *m; *m = t;
+            if (FN(slot_less)(m, a)) { t = *m; *m = *a; *a = t; }
+        }
+        SLOT pivot = *m;
+        uint32_t i = 0, j = n - 1;
+        for (;;) {
+            while (FN(slot_less)(&v[i], &pivot))
+                i++;
+            while (FN(slot_less)(&pivot, &v[j]))
+                j--;
+            if (i >= j)
+                break;
+            t = v[i]; v[i] = v[j]; v[j] = t;
+            i++;
+            j--;
+        }
+        /* [0, j] <= pivot <= [j + 1, n) */
+        uint32_t left = j + 1;
+        if (left < n - left) {
+            FN(sort_slots)(v, left);
+            v += left;
+            n -= left;
+        } else {
+            FN(sort_slots)(v + left, n - left);
+            n = left;
+        }
+    }
+    for (uint32_t i = 1; i < n; i++) {
+        SLOT x = v[i];
+        uint32_t k = i;
+        while (k > 0 && FN(slot_less)(&x, &v[k - 1])) {
+            v[k] = v[k - 1];
+            k--;
+        }
+        v[k] = x;
+    }
+}
+
+/* Sorts the entries of one bucket (all in one slot of the window, so
+ * their deadlines differ in the low CHIME_NEAR_SHIFT bits only): a stable
+ * two-pass radix sort on those bits, then equal deadlines put in sequence
+ * order (their append order mostly is already). Small buckets, or no
+ * memory for the buffer, take the comparison sort. */
+static void
+FN(sort_bucket)(HEAP *h, SLOT *v, uint32_t n)
+{
+    enum { LO = 9, HI = CHIME_NEAR_SHIFT - LO };
+    if (n < 128) {
+        FN(sort_slots)(v, n);
+        return;
+    }
+    if (h->scratch_cap < n) {
+        uint32_t ncap = n + n / 2;
+        SLOT *ns = chime__realloc(h->scratch, (size_t)ncap * sizeof(SLOT));
+        if (ns == NULL) {
+            FN(sort_slots)(v, n);
+            return;
+        }
+        h->scratch = ns;
+        h->scratch_cap = ncap;
+    }
+    SLOT *tmp = h->scratch;
+    uint32_t lo[1u << LO], hi[1u << HI];
+    memset(lo, 0, sizeof(lo));
+    memset(hi, 0, sizeof(hi));
+    const uint64_t mask = (UINT64_C(1) << CHIME_NEAR_SHIFT) - 1;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t k = (uint64_t)v[i].deadline & mask;
+        lo[k & ((1u << LO) - 1)]++;
+        hi[k >> LO]++;
+    }
+    for (uint32_t i = 0, sum = 0; i < (1u << LO); i++) {
+        uint32_t c = lo[i];
+        lo[i] = sum;
+        sum += c;
+    }
+    for (uint32_t i = 0, sum = 0; i < (1u << HI); i++) {
+        uint32_t c = hi[i];
+        hi[i] = sum;
+        sum += c;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t k = (uint64_t)v[i].deadline & mask;
+        tmp[lo[k & ((1u << LO) - 1)]++] = v[i];
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t k = (uint64_t)tmp[i].deadline & mask;
+        v[hi[k >> LO]++] = tmp[i];
+    }
+    /* Equal deadlines: by sequence number (insertion sort per group). */
+    for (uint32_t i = 1; i < n; i++) {
+        if (v[i].deadline != v[i - 1].deadline ||
+            !FN(slot_less)(&v[i], &v[i - 1]))
+            continue;
+        SLOT x = v[i];
+        uint32_t k = i;
+        while (k > 0 && FN(slot_less)(&x, &v[k - 1])) {
+            v[k] = v[k - 1];
+            k--;
+        }
+        v[k] = x;
+    }
 }
 
 /* The runs' ring is full (a backlog of due buckets): bucket b, sorted,
@@ -264,7 +375,7 @@ FN(append_to_run)(HEAP *h, uint32_t b)
             v[k++] = v[i];
     }
     if (k > 1)
-        qsort(v, k, sizeof(*v), FN(entry_cmp));
+        FN(sort_bucket)(h, v, k);
     CHIME_ASSERT(k == 0 || at == h->run[r].pos ||
                  h->run[r].v[at - 1].deadline <= v[0].deadline);
     for (uint32_t i = 0; i < k; i++) {
@@ -305,7 +416,7 @@ FN(open_as_run)(HEAP *h, uint32_t b)
             v[k++] = v[i];
     }
     if (k > 1)
-        qsort(v, k, sizeof(*v), FN(entry_cmp));
+        FN(sort_bucket)(h, v, k);
     for (uint32_t i = 0; i < k; i++)
         v[i].task->heap_index = RUN_INDEX(r, i);
     h->run[r].v = v;
@@ -619,7 +730,15 @@ FN(pop)(HEAP *h, int64_t *deadline)
         *deadline = f->deadline;
 #if MARKS
     if (f != &h->slots[0]) {
-        /* The first run's front: consumed in place. */
+        /* The first run's front: consumed in place. Its tasks are cold
+         * (written by a producer or drained on another core, milliseconds
+         * ago): fetch one a few entries ahead. */
+        uint32_t ahead = h->run[h->run_head].pos + 8;
+        if (ahead < h->run[h->run_head].n)
+            __builtin_prefetch(
+                (void *)((uintptr_t)h->run[h->run_head].v[ahead].task &
+                         ~(uintptr_t)1),
+                1);
         h->run[h->run_head].pos++;
         h->run_n--;
         t->heap_index = CHIME_HEAP_NONE;

@@ -268,7 +268,7 @@ random_ops(const char *name, size_t steps, size_t max_len)
  * step the head is the reference minimum and chime__heap_check (which
  * checks every bucket entry too) holds. */
 static void
-random_ops_near(const char *name, size_t steps, size_t max_len)
+random_ops_near(const char *name, size_t steps, size_t max_len, bool dense)
 {
     uint64_t seed = test_seed(name);
     uint64_t rs = seed;
@@ -283,10 +283,20 @@ random_ops_near(const char *name, size_t steps, size_t max_len)
     chime__heap_init(&h);
     chime__heap_near_enable(&h);
     uint64_t in_buckets = 0, in_runs = 0;
+    uint32_t max_runs = 0;
 
     for (size_t step = 0; step < steps; step++) {
         unsigned op = (unsigned)(rng_next(&rs) % 100);
-        if (op < 10) {
+        if (dense) {
+            /* Many tasks in the next few slots, few pops, the clock a
+             * slot at a time: more due buckets than the runs' ring holds
+             * (appended to the last run). */
+            if (op < 8) {
+                now += slot;
+                h.near_hint = now;
+            }
+            op = op < 70 ? 0 : op < 80 ? 50 : op;
+        } else if (op < 10) {
             now += (int64_t)(rng_next(&rs) % (uint64_t)(4 * slot));
             h.near_hint = now;
         }
@@ -305,7 +315,8 @@ random_ops_near(const char *name, size_t steps, size_t max_len)
                 break;
             default:
                 d = now + (int64_t)(rng_next(&rs) %
-                                    (uint64_t)(CHIME_NEAR_SLOTS * slot));
+                                    (uint64_t)((dense ? 3 : CHIME_NEAR_SLOTS) *
+                                               slot));
             }
             task_init(t, d, seq++);
             cr_assert_eq(heap_push(&h, t), 0, "seed %" PRIu64, seed);
@@ -341,6 +352,8 @@ random_ops_near(const char *name, size_t steps, size_t max_len)
         cr_assert_eq(chime__heap_live(&h), ref.n, "seed %" PRIu64 " step %zu",
                      seed, step);
         in_runs += h.run_count != 0;
+        if (h.run_count > max_runs)
+            max_runs = h.run_count;
         if (ref.n > 0)
             cr_assert_eq(chime__heap_peek(&h), ref.v[ref_min(&ref)],
                          "seed %" PRIu64 " step %zu: wrong head", seed, step);
@@ -350,6 +363,8 @@ random_ops_near(const char *name, size_t steps, size_t max_len)
     /* The window was used, not bypassed, and buckets became runs. */
     cr_assert_gt(in_buckets, steps / 10, "seed %" PRIu64, seed);
     cr_assert_gt(in_runs, steps / 100, "seed %" PRIu64, seed);
+    if (dense)
+        cr_assert_eq(max_runs, CHIME_NEAR_RUNS, "seed %" PRIu64, seed);
     while (ref.n > 0) {
         size_t m = ref_min(&ref);
         cr_assert_eq(heap_pop(&h), ref.v[m], "seed %" PRIu64, seed);
@@ -374,8 +389,58 @@ random_ops_near(const char *name, size_t steps, size_t max_len)
 /* B83, B88 with the near window. */
 Test(heap, near_window_random_operations_match_a_sorted_reference)
 {
-    random_ops_near("near-small", 20000, 40);
-    random_ops_near("near-large", 20000, 3000);
+    random_ops_near("near-small", 20000, 40, false);
+    random_ops_near("near-large", 20000, 3000, false);
+}
+
+/* The same with tasks crowded into the next few slots of the window. */
+Test(heap, near_window_crowded_matches_a_sorted_reference)
+{
+    for (int i = 0; i < 4; i++)
+        random_ops_near("near-many-runs", 10000, 3000, true);
+}
+
+/* A bucket of thousands of entries (the radix sort), with ties among
+ * them out of sequence order, opens into a run in (deadline, seq) order. */
+Test(heap, big_bucket_opens_in_deadline_then_seq_order)
+{
+    enum { N = 3000 };
+    static struct chime_task tasks[N + 1];
+    uint64_t rs = test_seed("big-bucket");
+    const int64_t slot = INT64_C(1) << CHIME_NEAR_SHIFT;
+    int64_t now = INT64_C(1) << 40;
+    chime_heap h;
+    chime__heap_init(&h);
+    chime__heap_near_enable(&h);
+    h.near_hint = now;
+    /* Something earlier in the array, so the bucket is not opened early. */
+    task_init(&tasks[N], now + slot / 2, N);
+    cr_assert_eq(heap_push(&h, &tasks[N]), 0);
+    int64_t base = (now / slot + 5) * slot;
+    for (int i = 0; i < N; i++) {
+        /* a quarter tied on a few deadlines; seq descending among them */
+        int64_t d = rng_next(&rs) % 4 == 0
+                        ? base + (int64_t)(rng_next(&rs) % 4) * 1000
+                        : base + (int64_t)(rng_next(&rs) % (uint64_t)slot);
+        task_init(&tasks[i], d, (uint64_t)(N - i));
+        cr_assert_eq(heap_push(&h, &tasks[i]), 0);
+        cr_assert(tasks[i].heap_index & CHIME_NEAR_FLAG, "in a bucket");
+    }
+    cr_assert_eq(heap_pop(&h), &tasks[N]);
+    h.near_hint = base + slot; /* its time has come: opened as a run */
+    struct chime_task *prev = NULL;
+    for (int i = 0; i < N; i++) {
+        struct chime_task *t = heap_pop(&h);
+        cr_assert_not_null(t);
+        if (prev != NULL)
+            cr_assert(get_dl(prev) < get_dl(t) ||
+                          (get_dl(prev) == get_dl(t) &&
+                           (int32_t)(prev->seq - t->seq) < 0),
+                      "out of order at %d", i);
+        prev = t;
+    }
+    cr_assert_null(heap_pop(&h));
+    chime__heap_free(&h);
 }
 
 /* B83 (empty queue) */
