@@ -117,7 +117,9 @@ FN(free)(HEAP *h)
 }
 
 /* Room for want slots in the array, beside the reserved ones. */
-static int
+static int FN(grow)(HEAP *h, uint32_t want);
+
+static inline int
 FN(reserve_n)(HEAP *h, uint32_t want)
 {
     if (want > UINT32_MAX - h->reserved)
@@ -125,6 +127,12 @@ FN(reserve_n)(HEAP *h, uint32_t want)
     want += h->reserved;
     if (want <= h->cap)
         return 0;
+    return FN(grow)(h, want);
+}
+
+static int
+FN(grow)(HEAP *h, uint32_t want)
+{
     /* Grow by half; heap_index is 32-bit (its top bit marks a bucket
      * entry) and HEAP_NONE is reserved. */
     uint32_t ncap = h->cap < HEAP_MIN_CAP ? HEAP_MIN_CAP : h->cap;

@@ -7,11 +7,14 @@
  *   producer spends most of its time waiting for the lock. Through the
  *   inbox a submission takes ilock, a spinlock that only producers and a
  *   draining worker take, for a dozen stores: pop a node from the inbox's
- *   free list, fill it in, link it at the tail.
+ *   free list, fill it in, append its address to the inbox's buffer.
  * - Where the key lives. A task in the inbox keeps its deadline in
- *   defer_deadline (a one-shot's period field) and its link in `next`;
- *   the drain gives it a sequence number from next_seq, in list order, and
- *   pushes it into the heap. The list is FIFO in the order of ilock's
+ *   defer_deadline (a one-shot's period field); the drain swaps the
+ *   buffer for the spare one under ilock, then, without it, gives each
+ *   task a sequence number from next_seq in buffer order and pushes it
+ *   into the heap (the buffer is read in order, so the tasks, written by
+ *   producers on other cores, are fetched ahead; a linked list made that
+ *   a chain of cache misses). The buffer's order is the order of ilock's
  *   critical sections, and every other way to take a sequence number
  *   takes pool->mu, which drains first (chime__pool_lock): FIFO among
  *   equal deadlines holds as when every submission took the lock.
@@ -75,6 +78,13 @@ refill(struct chime_pool *p)
     return true;
 }
 
+void
+chime__inbox_free(struct chime_pool *p)
+{
+    chime__free(p->ibuf < p->ispare ? p->ibuf : p->ispare);
+    p->ibuf = p->ispare = NULL;
+}
+
 int
 chime__inbox_push(struct chime_pool *p, chime_task_fn fn, void *arg,
                   int64_t delay, chime_task **out)
@@ -112,12 +122,9 @@ chime__inbox_push(struct chime_pool *p, chime_task_fn fn, void *arg,
     chime__node_reused(t);
     chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, 0, out != NULL);
     t->defer_deadline = deadline;
-    t->next = NULL;
-    if (p->itail != NULL)
-        p->itail->next = t;
-    else
-        atomic_store_explicit(&p->ihead, t, memory_order_relaxed);
-    p->itail = t;
+    uint32_t in = atomic_load_explicit(&p->in, memory_order_relaxed);
+    p->ibuf[in] = t; /* room + in <= CHIME_INBOX_ROOM_MAX */
+    atomic_store_explicit(&p->in, in + 1, memory_order_relaxed);
     bool wake = deadline < p->iwake;
     if (wake)
         p->iwake = INT64_MIN;
@@ -160,34 +167,42 @@ top_up_locked(struct chime_pool *p)
         return;
     /* Room only shrinks meanwhile (producers): the reservation is made
      * before it is offered. */
+    uint32_t back = add;
     chime__spin_lock(&p->ilock);
     if (atomic_load_explicit(&p->iopen, memory_order_relaxed)) {
-        atomic_store_explicit(
-            &p->iroom,
-            atomic_load_explicit(&p->iroom, memory_order_relaxed) + add,
-            memory_order_relaxed);
-        add = 0;
+        /* Room and the tasks in the buffer fit in the buffer. */
+        uint32_t cur = atomic_load_explicit(&p->iroom, memory_order_relaxed);
+        uint32_t in = atomic_load_explicit(&p->in, memory_order_relaxed);
+        uint32_t fit = CHIME_INBOX_ROOM_MAX - cur - in;
+        uint32_t give = add < fit ? add : fit;
+        atomic_store_explicit(&p->iroom, cur + give, memory_order_relaxed);
+        back = add - give;
     }
     chime__spin_unlock(&p->ilock);
-    chime__heap_unreserve(h, add); /* closed meanwhile: not offered */
+    chime__heap_unreserve(h, back); /* not offered */
 }
 
 void
 chime__inbox_drain_locked(struct chime_pool *p)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    struct chime_task *list = NULL;
-    if (atomic_load_explicit(&p->ihead, memory_order_relaxed) != NULL) {
+    uint32_t n = 0;
+    struct chime_task **v = NULL;
+    if (atomic_load_explicit(&p->in, memory_order_relaxed) != 0) {
         chime__spin_lock(&p->ilock);
-        list = atomic_load_explicit(&p->ihead, memory_order_relaxed);
-        atomic_store_explicit(&p->ihead, NULL, memory_order_relaxed);
-        p->itail = NULL;
+        n = atomic_load_explicit(&p->in, memory_order_relaxed);
+        v = p->ibuf;
+        p->ibuf = p->ispare;
+        p->ispare = v;
+        atomic_store_explicit(&p->in, 0, memory_order_relaxed);
         chime__spin_unlock(&p->ilock);
     }
     bool head = false;
-    while (list != NULL) {
-        struct chime_task *t = list;
-        list = t->next;
+    for (uint32_t i = 0; i < n; i++) {
+        /* Written by producers on other cores: fetch ahead. */
+        if (i + 8 < n)
+            __builtin_prefetch(v[i + 8], 1);
+        struct chime_task *t = v[i];
         int64_t deadline = t->defer_deadline;
         t->defer_deadline = 0; /* a one-shot's period */
         t->seq = p->next_seq++;
@@ -196,8 +211,8 @@ chime__inbox_drain_locked(struct chime_pool *p)
         CHIME_ASSERT(rc == 0); /* its slot was reserved */
         (void)rc;
         head |= t->heap_index == 0;
-        p->st.submitted++;
     }
+    p->st.submitted += n;
     if (head)
         chime__new_head_locked(p);
     top_up_locked(p);
@@ -207,10 +222,10 @@ bool
 chime__inbox_arm_locked(struct chime_pool *p, bool set, int64_t before)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    if (atomic_load_explicit(&p->ihead, memory_order_relaxed) != NULL)
+    if (atomic_load_explicit(&p->in, memory_order_relaxed) != 0)
         return false;
     chime__spin_lock(&p->ilock);
-    bool empty = atomic_load_explicit(&p->ihead, memory_order_relaxed) == NULL;
+    bool empty = atomic_load_explicit(&p->in, memory_order_relaxed) == 0;
     if (empty && set)
         p->iwake = before;
     chime__spin_unlock(&p->ilock);
@@ -225,6 +240,14 @@ chime__inbox_update_locked(struct chime_pool *p)
                 p->nthreads >= p->core && p->max_pending == 0;
     if (open == atomic_load_explicit(&p->iopen, memory_order_relaxed))
         return;
+    if (open && p->ibuf == NULL) {
+        struct chime_task **b =
+            chime__malloc(2 * (size_t)CHIME_INBOX_ROOM_MAX * sizeof(*b));
+        if (b == NULL)
+            return; /* stays closed: submissions take the lock */
+        p->ibuf = b; /* no producer looks at it while closed */
+        p->ispare = b + CHIME_INBOX_ROOM_MAX;
+    }
     chime__spin_lock(&p->ilock);
     atomic_store_explicit(&p->iopen, open, memory_order_relaxed);
     uint32_t room = 0;

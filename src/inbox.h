@@ -28,6 +28,8 @@ void chime__inbox_drain_locked(struct chime_pool *p);
  * look again); otherwise a submission due before `before` will wake a
  * worker (set: false keeps what the leader asked for). pool->mu held. */
 bool chime__inbox_arm_locked(struct chime_pool *p, bool set, int64_t before);
+/* Frees the inbox's buffers (the pool's destroy: it is closed). */
+void chime__inbox_free(struct chime_pool *p);
 /* Opens or closes the inbox after the run state, the core size or the
  * worker count changed (closing drains it). pool->mu held. */
 void chime__inbox_update_locked(struct chime_pool *p);
@@ -38,7 +40,7 @@ void chime__inbox_update_locked(struct chime_pool *p);
 static inline void
 chime__inbox_take_locked(struct chime_pool *p)
 {
-    if (atomic_load_explicit(&p->ihead, memory_order_relaxed) != NULL ||
+    if (atomic_load_explicit(&p->in, memory_order_relaxed) != 0 ||
         atomic_load_explicit(&p->iroom, memory_order_relaxed) < p->imax / 2)
         chime__inbox_drain_locked(p);
 }

@@ -121,10 +121,10 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     /* The submission inbox (inbox.c): closed until the workers exist. */
     CHIME_HB_ATOMIC(&p->ilock);
     CHIME_HB_ATOMIC(&p->iopen);
-    CHIME_HB_ATOMIC(&p->ihead);
+    CHIME_HB_ATOMIC(&p->in);
     atomic_init(&p->ilock, 0);
     atomic_init(&p->iopen, false);
-    atomic_init(&p->ihead, NULL);
+    atomic_init(&p->in, 0);
     CHIME_HB_ATOMIC(&p->iroom);
     atomic_init(&p->iroom, 0);
     CHIME_HB_ATOMIC(&p->istarved);

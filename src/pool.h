@@ -178,16 +178,20 @@ struct chime_pool {
     _Atomic int ilock;
     _Atomic bool iopen; /* ilock (written under mu too): the fast path is
                            open; read without the lock as a hint */
-    _Atomic(struct chime_task *) ihead; /* ilock: FIFO through t->next,
-                                           the deadline in defer_deadline;
-                                           read without it as a hint */
+    /* ilock: the tasks submitted, in order (their deadlines in
+     * defer_deadline); `in` is also read without the lock as a hint.
+     * Two buffers of CHIME_INBOX_ROOM_MAX (allocated when the inbox first
+     * opens; pages are touched only as far as the room goes): the drain
+     * swaps them. */
+    struct chime_task **ibuf;
+    _Atomic uint32_t in;
     _Atomic uint32_t iroom; /* ilock: submissions the inbox may still take,
                                each with a heap slot reserved; read
                                without it as a hint */
     _Atomic bool istarved;  /* a submission found no room (any thread);
                                the next top-up doubles imax */
     uint32_t imax;          /* mu: the room a top-up gives */
-    struct chime_task *itail;  /* ilock */
+    struct chime_task **ispare; /* mu: the other buffer */
     struct chime_task *ifree;  /* ilock: free nodes for the inbox */
     int64_t iwake; /* ilock: a submission due before this wakes a worker */
     char ipad2_[64];

@@ -304,6 +304,7 @@ chime_pool_destroy(chime_pool *p)
     if (join)
         pthread_join(last, NULL);
     chime__heap_free(&p->heap);
+    chime__inbox_free(p);
     chime__pool_unref(p);
     return 0;
 }
