@@ -133,6 +133,16 @@ CHIME_HEAP_DECLARE(chime_heap, chime_heap_slot, CHIME_HEAP_FN_)
  * again, counted in lazy), until it reaches the head or a filter. t may
  * be freed right after. */
 void chime__heap_detach(chime_heap *h, struct chime_task *t);
+/* The pool's heap only: the first sorted run's front, if it is the heap's
+ * head, not detached, and due by `now` (its deadline in *deadline); else
+ * NULL, and the caller asks chime__heap_peek. In O(1), without opening
+ * buckets: valid after a peek (or pop) by a caller whose `now` has not
+ * moved and who pushed nothing since (every bucket left is later than
+ * now, so a due run entry comes before all of them);
+ * chime__heap_run_take then takes it off the heap. */
+struct chime_task *chime__heap_run_due(chime_heap *h, int64_t now,
+                                       int64_t *deadline);
+void chime__heap_run_take(chime_heap *h);
 /* The pool's heap only: use the near window from now on. */
 void chime__heap_near_enable(chime_heap *h);
 

@@ -583,8 +583,18 @@ FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
         /* It may be the earliest: then its bucket opens now, and a
          * caller sees it at the head (heap_index 0) as with the array. */
         FN(trim)(h);
-        if (h->len == 0 || deadline < h->slots[0].deadline)
+        if (h->len == 0 || deadline < h->slots[0].deadline) {
+            /* Not if the first run's front is earlier anyway (a busy
+             * pool's array is often empty while runs are consumed). */
+            if (h->run_count != 0) {
+                uint32_t r = h->run_head;
+                if (h->run[r].pos < h->run[r].n &&
+                    !DETACHED(h->run[r].v[h->run[r].pos]) &&
+                    h->run[r].v[h->run[r].pos].deadline < deadline)
+                    return 0;
+            }
             FN(normalize)(h);
+        }
         return 0;
     }
     /* A bucket that could not grow (nrc < 0): the array takes the task,
@@ -631,6 +641,43 @@ FN(peek_deadline)(HEAP *h)
     SLOT *f = FN(front)(h);
     return f ? f->deadline : INT64_MAX;
 }
+
+#if MARKS
+struct chime_task *
+FN(run_due)(HEAP *h, int64_t now, int64_t *deadline)
+{
+    if (h->run_count == 0)
+        return NULL;
+    uint32_t r = h->run_head;
+    if (h->run[r].pos >= h->run[r].n)
+        return NULL;
+    SLOT *f = &h->run[r].v[h->run[r].pos];
+    if (DETACHED(*f) || f->deadline > now)
+        return NULL;
+    if (h->len != 0 && !FN(slot_less)(f, &h->slots[0]))
+        return NULL;
+    *deadline = f->deadline;
+    return f->task;
+}
+
+void
+FN(run_take)(HEAP *h)
+{
+    /* The first run's front: consumed in place. Its tasks are cold
+     * (written by a producer or drained on another core, milliseconds
+     * ago): fetch one a few entries ahead. */
+    uint32_t r = h->run_head;
+    struct chime_task *t = h->run[r].v[h->run[r].pos].task;
+    uint32_t ahead = h->run[r].pos + 8;
+    if (ahead < h->run[r].n)
+        __builtin_prefetch(
+            (void *)((uintptr_t)h->run[r].v[ahead].task & ~(uintptr_t)1), 1);
+    h->run[r].pos++;
+    h->run_n--;
+    t->heap_index = CHIME_HEAP_NONE;
+    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+}
+#endif
 
 int64_t
 FN(deadline)(const HEAP *h, const struct chime_task *t)
@@ -738,19 +785,7 @@ FN(pop)(HEAP *h, int64_t *deadline)
         *deadline = f->deadline;
 #if MARKS
     if (f != &h->slots[0]) {
-        /* The first run's front: consumed in place. Its tasks are cold
-         * (written by a producer or drained on another core, milliseconds
-         * ago): fetch one a few entries ahead. */
-        uint32_t ahead = h->run[h->run_head].pos + 8;
-        if (ahead < h->run[h->run_head].n)
-            __builtin_prefetch(
-                (void *)((uintptr_t)h->run[h->run_head].v[ahead].task &
-                         ~(uintptr_t)1),
-                1);
-        h->run[h->run_head].pos++;
-        h->run_n--;
-        t->heap_index = CHIME_HEAP_NONE;
-        t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+        FN(run_take)(h);
         return t;
     }
 #endif

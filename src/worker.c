@@ -98,15 +98,30 @@ fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
     uint64_t head = atomic_load_explicit(&p->due_head, memory_order_acquire);
     uint64_t tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
     unsigned n = 0, live = 0;
+    bool peeked = false;
     while (tail - head < CHIME_DUE_CAP) {
-        struct chime_task *t = chime__heap_peek(&p->heap);
+        int64_t d;
+        bool ghost = false;
+        /* The common case of a busy pool: the first sorted run's front,
+         * due, with nothing in the way (after one full look). */
+        struct chime_task *t =
+            peeked ? chime__heap_run_due(&p->heap, now, &d) : NULL;
+        if (t != NULL && !(t->flags & (CHIME_TF_LAZY | CHIME_TF_DEFER)) &&
+            !chime__state_is_final(chime__task_state(t))) {
+            chime__heap_run_take(&p->heap);
+            goto take;
+        }
+        t = chime__heap_peek(&p->heap);
+        peeked = true;
         if (t == NULL)
             break;
         bool final = chime__state_is_final(chime__task_state(t));
-        if (!(t->flags & CHIME_TF_LAZY) && chime__undefer_locked(&p->heap, t))
+        if (!(t->flags & CHIME_TF_LAZY) &&
+            chime__undefer_locked(&p->heap, t)) {
+            peeked = false; /* a push: look in full again */
             continue;
-        int64_t d = chime__heap_peek_deadline(&p->heap);
-        bool ghost = false;
+        }
+        d = chime__heap_peek_deadline(&p->heap);
         if (final) {
             /* A retained cancelled task (remove_on_cancel off) stays
              * queued while live tasks are ahead of it (the ring's): it
@@ -121,6 +136,7 @@ fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
         if (d > now)
             break;
         chime__heap_pop(&p->heap, NULL);
+    take:
         t->flags &= (uint8_t)~CHIME_TF_REARM;
         uint32_t seq = t->seq; /* a periodic task's run deadline takes it */
         /* The deadline of this run (a one-shot keeps it apart from its
