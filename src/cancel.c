@@ -192,6 +192,14 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
         /* A fresh sequence number: the re-armed task queues behind tasks
          * already due at the same instant, as a new submission would. */
         t->seq = p->next_seq++;
+        if ((t->flags & CHIME_TF_DEFER) && d >= t->defer_deadline) {
+            /* Already deferred, and later still (the connection timeout
+             * reset again): its slot is earlier than d and its order
+             * there does not depend on the sequence number (heap.h), so
+             * neither is read: the task's own line only. */
+            t->defer_deadline = d;
+            break;
+        }
         int64_t slot = chime__heap_deadline(&p->heap, t);
         if (d > slot && chime__task_kind(t) == CHIME_KIND_ONESHOT) {
             /* Later: the connection-timeout reset. Keep the slot where it

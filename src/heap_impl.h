@@ -21,6 +21,16 @@ FN(slot_less)(const SLOT *a, const SLOT *b)
         return a->deadline < b->deadline;
     if (DETACHED(*a) || DETACHED(*b))
         return DETACHED(*a) && !DETACHED(*b);
+#if MARKS
+    /* A deferred re-arm's slot (CHIME_TF_DEFER) never runs from there: it
+     * moves to its real deadline when it reaches the head. Among equal
+     * deadlines such slots come first, in a fixed order (by address), so
+     * that a later re-arm may renumber the task (its place among equal
+     * real deadlines) without touching its slot (cancel.c). */
+    bool da = a->task->flags & CHIME_TF_DEFER, db = b->task->flags & CHIME_TF_DEFER;
+    if (da || db)
+        return da && db ? (uintptr_t)a->task < (uintptr_t)b->task : da;
+#endif
     return (int32_t)(a->task->seq - b->task->seq) < 0;
 }
 
