@@ -18,9 +18,10 @@
  *   until it reaches the head or a compaction filters all of them out at
  *   once; every way out of the heap keeps the count right. In the pool's
  *   heap the slot is detached from its task (chime__heap_detach: bit 0 of
- *   the slot's task pointer), so the task is let go of at once and the
- *   compaction reads the slot array only; a binding's heap marks the task
- *   CHIME_TF_LAZY instead.
+ *   the slot's task word, which keeps the task's sequence number, so the
+ *   slot keeps its place and nothing moves), so the task is let go of at
+ *   once and the compaction reads the slot array only; a binding's heap
+ *   marks the task CHIME_TF_LAZY instead.
  * - Not thread-safe: the pool mutex guards the heap and every heap_index.
  */
 #ifndef CHIME_HEAP_H

@@ -3,36 +3,54 @@
  * type, SLOT its slot type (a deadline and a task first, maybe more), and
  * FN(name) the name of each function. Not a header of its own. */
 /* MARKS: the heap supports detached slots (FN(detach)): a slot whose task
- * pointer has bit 0 set no longer belongs to its task, which may be gone;
- * it is never dereferenced, and leaves when it reaches the head or at the
- * next filter. Tasks are at least 8-byte aligned. */
+ * word has bit 0 set no longer belongs to its task, which may be gone; it
+ * is never dereferenced, and leaves when it reaches the head or at the
+ * next filter. The word keeps what the slot's place among equal deadlines
+ * was decided by, so that detaching moves nothing: the sequence number
+ * (seq << 4 | 1) or, for a deferred re-arm, the task's address (| 3).
+ * Tasks are 16-byte aligned. */
 #if MARKS
 #define DETACHED(s) ((((uintptr_t)(s).task) & 1u) != 0)
 #else
 #define DETACHED(s) 0
 #endif
 
-/* (deadline, seq) order. Only ties read the tasks; among equal deadlines a
- * detached slot comes first (it is dropped at the head). */
+/* (deadline, seq) order. Only ties read the tasks (a detached slot: its
+ * word). */
 static inline int
 FN(slot_less)(const SLOT *a, const SLOT *b)
 {
     if (a->deadline != b->deadline)
         return a->deadline < b->deadline;
-    if (DETACHED(*a) || DETACHED(*b))
-        return DETACHED(*a) && !DETACHED(*b);
 #if MARKS
     /* A deferred re-arm's slot (CHIME_TF_DEFER) never runs from there: it
      * moves to its real deadline when it reaches the head. Among equal
      * deadlines such slots come first, in a fixed order (by address), so
      * that a later re-arm may renumber the task (its place among equal
      * real deadlines) without touching its slot (cancel.c). */
-    bool da = a->task->flags & CHIME_TF_DEFER, db = b->task->flags & CHIME_TF_DEFER;
+    uintptr_t wa = (uintptr_t)a->task, wb = (uintptr_t)b->task;
+    bool da = (wa & 1u) ? (wa & 2u) != 0 : (a->task->flags & CHIME_TF_DEFER);
+    bool db = (wb & 1u) ? (wb & 2u) != 0 : (b->task->flags & CHIME_TF_DEFER);
     if (da || db)
-        return da && db ? (uintptr_t)a->task < (uintptr_t)b->task : da;
-#endif
+        return da && db ? (wa & ~(uintptr_t)3) < (wb & ~(uintptr_t)3) : da;
+    uint32_t sa = (wa & 1u) ? (uint32_t)(wa >> 4) : a->task->seq;
+    uint32_t sb = (wb & 1u) ? (uint32_t)(wb >> 4) : b->task->seq;
+    return (int32_t)(sa - sb) < 0;
+#else
     return (int32_t)(a->task->seq - b->task->seq) < 0;
+#endif
 }
+
+#if MARKS
+/* The word a detached slot keeps (see above). */
+static inline struct chime_task *
+FN(detached_word)(const struct chime_task *t)
+{
+    uintptr_t w = (t->flags & CHIME_TF_DEFER) ? (uintptr_t)t | 3u
+                                               : ((uintptr_t)t->seq << 4) | 1u;
+    return (struct chime_task *)w;
+}
+#endif
 
 static void FN(trim)(HEAP *h);
 
@@ -767,7 +785,7 @@ FN(detach)(HEAP *h, struct chime_task *t)
     if (FN(in_near)(t)) {
         uint32_t b = NEAR_B(t->heap_index), k = NEAR_I(t->heap_index);
         CHIME_ASSERT(k < h->near[b].n && h->near[b].v[k].task == t);
-        h->near[b].v[k].task = (struct chime_task *)((uintptr_t)t | 1u);
+        h->near[b].v[k].task = FN(detached_word)(t);
         h->near_lazy++;
         t->heap_index = CHIME_HEAP_NONE;
         t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
@@ -776,11 +794,11 @@ FN(detach)(HEAP *h, struct chime_task *t)
     uint32_t i = t->heap_index;
     CHIME_ASSERT((t->flags & CHIME_TF_INHEAP) && i < h->len &&
                  h->slots[i].task == t);
-    h->slots[i].task = (struct chime_task *)((uintptr_t)t | 1u);
+    /* Its place is kept: nothing moves (one slot written). */
+    h->slots[i].task = FN(detached_word)(t);
     h->lazy++;
     t->heap_index = CHIME_HEAP_NONE;
     t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
-    FN(sift_up)(h, i); /* it now precedes live slots of its deadline */
 }
 #endif
 
