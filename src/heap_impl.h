@@ -696,7 +696,7 @@ FN(run_take)(HEAP *h)
      * ago): fetch one a few entries ahead. */
     uint32_t r = h->run_head;
     struct chime_task *t = h->run[r].v[h->run[r].pos].task;
-    uint32_t ahead = h->run[r].pos + 8;
+    uint32_t ahead = h->run[r].pos + 24;
     if (ahead < h->run[r].n)
         __builtin_prefetch(
             (void *)((uintptr_t)h->run[r].v[ahead].task & ~(uintptr_t)1), 1);
