@@ -31,6 +31,14 @@
  *                         its FUTEX_WAIT saw the word already changed)
  *   eventfd_write_ns      write(2) of 1 to an eventfd nobody reads (the
  *                         wake-up write of chime and libuv, without a waiter)
+ *   w2_floor_ns_L<L>      W2's round with nothing of a timer queue in it:
+ *                         draw the victim as w_chime does, read its handle
+ *                         from the array of L handles, read and write one
+ *                         word of its 48-byte record (L records: the task
+ *                         that every design must touch to cancel it, and
+ *                         whose node the new task may reuse), and read the
+ *                         clock (the new deadline). L = 1k, 100k, 1M: the
+ *                         growth no design can avoid (the cache misses).
  * The two-thread figures need both threads on a CPU at once: on a busy
  * machine they drift towards the one-thread ones.
  *
@@ -301,6 +309,35 @@ units(int argc, char **argv)
                 UW, US, "eventfd counter %llu, want %ld",
                 (unsigned long long)total, n);
     close(efd);
+
+    /* W2's floor (see the top). */
+    static const long w2_l[] = {1000, 100000, 1000000};
+    for (size_t k = 0; k < sizeof(w2_l) / sizeof(w2_l[0]); k++) {
+        long l = w2_l[k];
+        struct rec {
+            uint64_t w[6];
+        } *recs = calloc((size_t)l, sizeof(*recs));
+        struct rec **handles = calloc((size_t)l, sizeof(*handles));
+        BENCH_CHECK(recs && handles, UW, US, "out of memory");
+        for (long i = 0; i < l; i++)
+            handles[i] = &recs[i];
+        bench_rng rng = {BENCH_SEED};
+        n = N(2000000);
+        for (int pass = 0; pass < 2; pass++) { /* warm, then measured */
+            t0 = bench_now_ns();
+            for (long i = 0; i < n; i++) {
+                struct rec *r = handles[bench_rng_below(&rng, (uint64_t)l)];
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                sink += r->w[0];
+                r->w[0] = (uint64_t)ts.tv_nsec;
+            }
+        }
+        char name[32];
+        snprintf(name, sizeof(name), "w2_floor_ns_L%ld", l);
+        bench_result(UW, US, name, per_op(bench_now_ns() - t0, n));
+        free(recs);
+        free(handles);
+    }
 #undef N
 }
 
