@@ -10,7 +10,7 @@
  * at the minimum and doubles, up to the maximum, each time a submission
  * found no room. */
 #define CHIME_INBOX_ROOM_MIN 1024u
-#define CHIME_INBOX_ROOM_MAX 65536u
+#define CHIME_INBOX_ROOM_MAX 16384u
 
 /* Submits the one-shot fn(arg) after delay through the inbox. Returns 0
  * (accepted: queued as if chime_pool_schedule had taken the lock), or 1:
