@@ -8,6 +8,7 @@
 #   docs/model/terminate.pml termination with per-binding loop task counts
 #   docs/model/due.pml      the pool's due ring: lock-free claims and completion
 #   docs/model/post.pml     the post list, the quiet token, seal, shutdown
+#   docs/model/inbox.pml    the pool's submission inbox: iwake, drains, close
 #
 # Runs every check of the real models (each must pass), then every check
 # of every mutation (each mutation must be caught by at least one check).
@@ -342,6 +343,39 @@ header "post.pml: liveness (LTL, acceptance cycles, weak fairness)"
 check post/ltl-drained post.pml ltlf "" drained
 check post/ltl-drained-shutdown post.pml ltlf "-DSHUTDOWN=1" drained
 
+# inbox.pml: defaults 1 worker, 2 producers x 2 pushes, 1 push without
+# room (the locked path), MAXT 1, 1 spurious wake-up. w2 = 2 workers
+# (leader and follower), split = the arm and the wait as two steps (the
+# reduction of the real model checked), p1-n4 = 1 producer x 4 pushes.
+header "inbox.pml: safety (exactly once, FIFO, closed inbox, timer, watched, quiescence, invalid end states)"
+check inbox/safety-w1 inbox.pml safety ""
+check inbox/safety-w1-shutdown inbox.pml safety "-DSHUTDOWN=1"
+check inbox/safety-w1-maxt2-spur2 inbox.pml safety "-DMAXT=2 -DSPUR=2"
+check inbox/safety-w1-split inbox.pml safety "-DSPLIT_ARM_WAIT"
+check inbox/safety-p1-n4-noroom2-shutdown inbox.pml safety \
+    "-DNPROD=1 -DNPUSH=4 -DNOROOM=2 -DSHUTDOWN=1"
+check inbox/safety-w2 inbox.pml safety "-DNW=2"
+check inbox/safety-w2-noroom0-shutdown inbox.pml safety "-DNW=2 -DNOROOM=0 -DSHUTDOWN=1"
+check inbox/safety-w2-noroom0-split inbox.pml safety "-DNW=2 -DNOROOM=0 -DSPLIT_ARM_WAIT"
+header "inbox.pml: liveness (LTL, acceptance cycles, weak fairness; non-progress)"
+for claim in all_done no_idle_while_pending; do
+    check "inbox/ltl-$claim-w1" inbox.pml ltlf "" "$claim"
+    check "inbox/ltl-$claim-w1-shutdown" inbox.pml ltlf "-DSHUTDOWN=1" "$claim"
+    check "inbox/ltl-$claim-w2" inbox.pml ltlf "-DNW=2" "$claim"
+done
+check inbox/np-w1 inbox.pml np ""
+check inbox/np-w2-noroom0 inbox.pml np "-DNW=2 -DNOROOM=0"
+# Not the code: the fix proposed for the finding below (docs/model.md,
+# Findings), checked like the real model with a callback that waits for
+# another task (DEPEND) and leader.pml's stricter watched_ok.
+header "inbox.pml: the proposed fix FIX_ARM_BEFORE_RUN (not the code yet)"
+check inbox/fix-safety-w2-depend-strict inbox.pml safety \
+    "-DFIX_ARM_BEFORE_RUN -DNW=2 -DDEPEND=1 -DSTRICT_WATCHED"
+check inbox/fix-safety-w2-depend-strict-noroom0-shutdown inbox.pml safety \
+    "-DFIX_ARM_BEFORE_RUN -DNW=2 -DDEPEND=1 -DSTRICT_WATCHED -DNOROOM=0 -DSHUTDOWN=1"
+check inbox/fix-ltl-all_done-w2-depend inbox.pml ltlf \
+    "-DFIX_ARM_BEFORE_RUN -DNW=2 -DDEPEND=1" all_done
+
 # ---- mutations -----------------------------------------------------------------
 # Each mutation runs: the safety check with every invariant; the quiescence
 # check alone (NO_INVARIANTS); each LTL property alone (NO_INVARIANTS,
@@ -437,6 +471,35 @@ safety|safety||
 safety-close-shutdown|safety|-DCLOSE=1 -DSHUTDOWN=1|
 EOF
 done
+# inbox.pml: each mutation with every invariant, the quiescence check
+# alone, with shutdown (the closed inbox), and each LTL property alone.
+for bug in BUG_IWAKE_BEFORE_LINK BUG_ARM_WITHOUT_EMPTY_CHECK \
+    BUG_ARM_AFTER_UNLOCK BUG_WAKE_SIGNAL_ONLY BUG_IDLE_KEEPS_IWAKE \
+    BUG_LOCKED_NO_DRAIN BUG_OPEN_OUTSIDE_ILOCK; do
+    selected "inbox/$bug/" || continue
+    header "mutation $bug (inbox.pml)"
+    mutation "inbox/$bug" inbox.pml "-D$bug" <<'EOF'
+safety|safety||
+quiescence|safety|-DNO_INVARIANTS|
+safety-shutdown|safety|-DSHUTDOWN=1|
+ltl-all_done|ltl|-DNO_INVARIANTS -DNO_WATCHDOG|all_done
+ltl-no_idle_while_pending|ltl|-DNO_INVARIANTS -DNO_WATCHDOG|no_idle_while_pending
+EOF
+done
+# A finding in the code as it is (docs/model.md, Findings): with two
+# workers, a submission made while the other worker runs a callback wakes
+# nobody. Registered as a mutation of the real model, so that the script
+# shows it (caught) and passes while the bug is there; once the code is
+# fixed these runs pass (NOT CAUGHT): then make FIX_ARM_BEFORE_RUN (or
+# whatever the fix is) the model, and these real checks.
+if selected "inbox/FINDING_NO_WAKE_WHILE_BUSY/"; then
+    header "finding FINDING_NO_WAKE_WHILE_BUSY (inbox.pml, the code as it is)"
+    mutation "inbox/FINDING_NO_WAKE_WHILE_BUSY" inbox.pml "-DNW=2" <<'EOF'
+depend|safety|-DDEPEND=1|
+strict-watched|safety|-DSTRICT_WATCHED|
+ltl-all_done-depend|ltl|-DDEPEND=1 -DNO_INVARIANTS -DNO_WATCHDOG|all_done
+EOF
+fi
 opt=-O2
 
 for bug in BUG_CLAIM_READ_THEN_WRITE BUG_START_WITHOUT_CAS BUG_CANCEL_STORES \
