@@ -148,10 +148,46 @@ chime__drop_locked(struct chime_task *t, struct chime_task **garbage)
 void
 chime__free_garbage(struct chime_task *list)
 {
+    /* Pool tasks go back to their slab as one chain per pool: one CAS on
+     * the slab's freed stack for a worker's batch, not one per task. */
+    struct chime_pool *p = NULL;
+    struct chime_task *first = NULL, *last = NULL;
+    unsigned unrefs = 0;
     while (list) {
-        struct chime_task *next = list->next;
-        chime__task_free(list);
-        list = next;
+        struct chime_task *t = list;
+        list = t->next;
+        if (chime__task_loop(t) != NULL || (p != NULL && t->pool != p)) {
+            if (first != NULL)
+                chime__slab_free_chain(&p->slab, first, last);
+            /* After the push: the pool's memory may go now. */
+            while (unrefs > 0) {
+                unrefs--;
+                chime__pool_unref(p);
+            }
+            first = last = NULL;
+            p = NULL;
+            if (chime__task_loop(t) != NULL) {
+                chime__task_free(t);
+                continue;
+            }
+        }
+        p = t->pool;
+        if (atomic_load_explicit(&t->refs, memory_order_relaxed) &
+            CHIME_REF_POOLREF)
+            unrefs++;
+        chime__node_freed(t);
+        *chime__node_link(t) = NULL;
+        if (last != NULL)
+            *chime__node_link(last) = t;
+        else
+            first = t;
+        last = t;
+    }
+    if (first != NULL)
+        chime__slab_free_chain(&p->slab, first, last);
+    while (unrefs > 0) {
+        unrefs--;
+        chime__pool_unref(p);
     }
 }
 

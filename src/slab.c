@@ -86,6 +86,19 @@ chime__slab_take(struct chime_slab *s)
 }
 
 void
+chime__slab_free_chain(struct chime_slab *s, struct chime_task *first,
+                       struct chime_task *last)
+{
+    CHIME_HB_BEFORE(&s->remote);
+    struct chime_task *head =
+        atomic_load_explicit(&s->remote, memory_order_relaxed);
+    do
+        *chime__node_link(last) = head;
+    while (!atomic_compare_exchange_weak_explicit(
+        &s->remote, &head, first, memory_order_release, memory_order_relaxed));
+}
+
+void
 chime__slab_free(struct chime_slab *s, struct chime_task *t)
 {
     /* Poisoned before it is published: once pushed, another thread may

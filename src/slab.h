@@ -25,6 +25,10 @@ struct chime_task *chime__slab_alloc_locked(struct chime_slab *s);
  * list through the nodes' first word (poisoned as free nodes are), or NULL
  * if no memory. Any thread, no lock. */
 struct chime_task *chime__slab_take(struct chime_slab *s);
+/* Returns a chain of nodes linked through their first word (each already
+ * poisoned with chime__node_freed) with one CAS; any thread, no lock. */
+void chime__slab_free_chain(struct chime_slab *s, struct chime_task *first,
+                            struct chime_task *last);
 /* Returns a node; any thread, no lock. */
 void chime__slab_free(struct chime_slab *s, struct chime_task *t);
 /* Frees every chunk: no node may be in use. */

@@ -342,6 +342,20 @@ chime__due_return_locked(struct chime_pool *p, struct chime_task **garbage)
     }
 }
 
+/* A worker leaves take_locked to run tasks. If nobody times the heap and
+ * a worker sleeps idle, the inbox's iwake may be stale (INT64_MIN left by
+ * a producer's wake, or the old leader's deadline) and a submission would
+ * wake nobody while this worker runs its callbacks: arm it for any
+ * submission, or wake the sleeper if the inbox is not empty
+ * (docs/model/inbox.pml, BUG_NO_ARM_BEFORE_RUN). */
+static void
+leave_to_run_locked(struct chime_pool *p)
+{
+    if (p->leader == NULL && p->st.idle_waiters != 0 &&
+        !chime__inbox_arm_locked(p, true, INT64_MAX))
+        pthread_cond_signal(&p->follower_cv);
+}
+
 /* Takes the next due task, waiting as leader or follower: returns true
  * when the ring has tasks to claim (filled from the heap if its head was
  * due), false when this worker must exit (then nthreads has been
@@ -371,6 +385,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
                     continue;
                 }
             }
+            leave_to_run_locked(p);
             return true;
         }
         struct chime_task *t = chime__heap_peek(&p->heap);
@@ -414,6 +429,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
                       chime__heap_live(&p->heap) != 0) ||
                      n > 1)
                 pthread_cond_signal(&p->follower_cv);
+            leave_to_run_locked(p);
             return true;
         }
         if (p->leader != NULL)

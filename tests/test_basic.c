@@ -134,6 +134,67 @@ Test(basic, execute_runs_the_task)
     t_latch_destroy(&l);
 }
 
+/* A task submitted while the only busy worker runs a callback wakes the
+ * idle one: here that callback waits for it, so a submission that woke
+ * nobody would hold both until the wait times out (the submission inbox's
+ * finding, docs/model/inbox.pml BUG_NO_ARM_BEFORE_RUN). */
+typedef struct waiter_ctx {
+    chime_pool *p;
+    atomic_int wait_rc;
+    atomic_int inner_runs;
+} waiter_ctx;
+
+static int
+inner_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    waiter_ctx *c = arg;
+    atomic_fetch_add(&c->inner_runs, 1);
+    return 0;
+}
+
+static int
+outer_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    waiter_ctx *c = arg;
+    chime_task *h = NULL;
+    int rc = chime_pool_schedule(c->p, inner_fn, c, 0, &h);
+    if (rc == 0) {
+        rc = chime_task_wait(h, T_UPPER_NS, NULL);
+        chime_task_release(h);
+    }
+    atomic_store(&c->wait_rc, rc);
+    return 0;
+}
+
+Test(basic, a_task_submitted_while_a_callback_runs_wakes_the_idle_worker)
+{
+    for (int round = 0; round < 20; round++) {
+        chime_pool *p = pool_with(2);
+        cr_assert_eq(chime_pool_prestart_all(p), 2);
+        /* Both workers asleep, nobody timing the (empty) heap. */
+        chime_pool_stats st;
+        cr_assert(T_WAIT_UNTIL(chime_pool_get_stats(p, &st) == 0 &&
+                                   st.idle_waiters == 2,
+                               T_LONG_NS));
+        waiter_ctx c = {.p = p};
+        atomic_init(&c.wait_rc, 1);
+        chime_task *h = NULL;
+        cr_assert_eq(chime_pool_schedule(p, outer_fn, &c, 0, &h), 0);
+        cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
+        cr_assert_eq(atomic_load(&c.wait_rc), 0,
+                     "round %d: the inner task did not run while the outer "
+                     "one waited for it (wait returned %d)",
+                     round, atomic_load(&c.wait_rc));
+        cr_assert_eq(atomic_load(&c.inner_runs), 1);
+        chime_task_release(h);
+        cr_assert_eq(chime_pool_destroy(p), 0);
+    }
+}
+
 /* A one-shot task with a 20 ms delay that returns `value` (NULL: stores
  * nothing): it runs once, not before the delay, and the waiter gets the
  * value only then. */

@@ -89,11 +89,11 @@
  * SPUR, SHUTDOWN (0/1), DEPEND (0/1, needs NW == 2), STRICT_WATCHED
  * (leader.pml's watched_ok: a worker running a callback does not count),
  * SPLIT_ARM_WAIT (the arm and the wait as two steps).
- * With NW == 2, DEPEND and STRICT_WATCHED each fail on the code at ea0c2f4
- * (docs/model.md, Findings: a submission while the other worker runs a
- * callback wakes nobody); FIX_ARM_BEFORE_RUN is the fix proposed there (not
- * the code), with which they pass.
- * Mutations (each must be caught): BUG_IWAKE_BEFORE_LINK,
+ * With NW == 2, DEPEND and STRICT_WATCHED each failed on the code at
+ * ea0c2f4 (docs/model.md, Findings: a submission while the other worker
+ * runs a callback woke nobody); the fix, leave_to_run_locked in worker.c,
+ * is modelled (BUG_NO_ARM_BEFORE_RUN: the code before it).
+ * Mutations (each must be caught): BUG_NO_ARM_BEFORE_RUN, BUG_IWAKE_BEFORE_LINK,
  * BUG_ARM_WITHOUT_EMPTY_CHECK, BUG_ARM_AFTER_UNLOCK, BUG_WAKE_SIGNAL_ONLY,
  * BUG_IDLE_KEEPS_IWAKE, BUG_LOCKED_NO_DRAIN, BUG_OPEN_OUTSIDE_ILOCK.
  */
@@ -153,7 +153,7 @@
 #define P_EXIT   7
 #define P_GAP    8  /* BUG_ARM_AFTER_UNLOCK: mu released, arm next */
 #define P_GAP2   9  /* BUG_ARM_AFTER_UNLOCK: armed, wait next */
-#define P_ARMRUN 10 /* FIX_ARM_BEFORE_RUN: holding mu, to arm, then run */
+#define P_ARMRUN 10 /* leave_to_run_locked: holding mu, to arm, then run */
 #define P_ARMED  11 /* SPLIT_ARM_WAIT: holding mu, armed, to wait */
 
 /* The arm (ilock) and the wait (mu) are one step, as if nothing happened
@@ -473,7 +473,7 @@ end_w:
             fi;
             t = h;
             n = 0;
-#ifdef FIX_ARM_BEFORE_RUN
+#ifndef BUG_NO_ARM_BEFORE_RUN
             if
             :: leader == NONE && idle_waiters > 0 -> ph[me] = P_ARMRUN
             :: else -> ph[me] = P_RUN; mu = false
@@ -535,8 +535,8 @@ end_w:
 #ifdef SPLIT_ARM_WAIT
     :: atomic { ph[me] == P_ARMED -> wait_now(); check() }
 #endif
-#ifdef FIX_ARM_BEFORE_RUN
-    /* The proposed fix (not the code): a worker that leaves take_locked to
+#ifndef BUG_NO_ARM_BEFORE_RUN
+    /* leave_to_run_locked (worker.c): a worker that leaves take_locked to
      * run tasks while followers sleep with nobody timing the inbox arms it
      * for them, or wakes one if the inbox is not empty:
      *     if (!chime__inbox_arm_locked(p, true, INT64_MAX))
