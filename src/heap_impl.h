@@ -267,6 +267,20 @@ FN(run_tomb)(HEAP *h, struct chime_task *t)
     h->run_lazy++;
 }
 
+/* Moves v[i] back past the entries before it that come after it (one
+ * step of insertion sort: v[0, i) is sorted). */
+static inline void
+FN(insert_back)(SLOT *v, uint32_t i)
+{
+    SLOT x = v[i];
+    uint32_t k = i;
+    while (k > 0 && FN(slot_less)(&x, &v[k - 1])) {
+        v[k] = v[k - 1];
+        k--;
+    }
+    v[k] = x;
+}
+
 /* Sorts a bucket's entries by key: a quicksort (median of three, the
  * smaller side first so the stack stays O(log n)) finished by insertion
  * sort, with the comparison inlined; qsort's indirect calls and merge
@@ -306,13 +320,7 @@ FN(sort_slots)(SLOT *v, uint32_t n)
         }
     }
     for (uint32_t i = 1; i < n; i++) {
-        SLOT x = v[i];
-        uint32_t k = i;
-        while (k > 0 && FN(slot_less)(&x, &v[k - 1])) {
-            v[k] = v[k - 1];
-            k--;
-        }
-        v[k] = x;
+        FN(insert_back)(v, i);
     }
 }
 
@@ -372,14 +380,25 @@ FN(sort_bucket)(HEAP *h, SLOT *v, uint32_t n)
         if (v[i].deadline != v[i - 1].deadline ||
             !FN(slot_less)(&v[i], &v[i - 1]))
             continue;
-        SLOT x = v[i];
-        uint32_t k = i;
-        while (k > 0 && FN(slot_less)(&x, &v[k - 1])) {
-            v[k] = v[k - 1];
-            k--;
-        }
-        v[k] = x;
+        FN(insert_back)(v, i);
     }
+}
+
+/* A bucket's n entries at v leave their detached ones behind and are
+ * sorted: returns how many are left. */
+static uint32_t
+FN(drop_and_sort)(HEAP *h, SLOT *v, uint32_t n)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (DETACHED(v[i]))
+            h->near_lazy--;
+        else
+            v[k++] = v[i];
+    }
+    if (k > 1)
+        FN(sort_bucket)(h, v, k);
+    return k;
 }
 
 /* The runs' ring is full (a backlog of due buckets): bucket b, sorted,
@@ -403,15 +422,7 @@ FN(append_to_run)(HEAP *h, uint32_t b)
         h->run[r].cap = ncap;
     }
     SLOT *v = h->near[b].v;
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (DETACHED(v[i]))
-            h->near_lazy--;
-        else
-            v[k++] = v[i];
-    }
-    if (k > 1)
-        FN(sort_bucket)(h, v, k);
+    uint32_t k = FN(drop_and_sort)(h, v, n);
     CHIME_ASSERT(k == 0 || at == h->run[r].pos ||
                  h->run[r].v[at - 1].deadline <= v[0].deadline);
     for (uint32_t i = 0; i < k; i++) {
@@ -444,15 +455,7 @@ FN(open_as_run)(HEAP *h, uint32_t b)
     h->near[b].n = 0;
     h->near_map[b / 64] &= ~(UINT64_C(1) << (b % 64));
     h->near_n -= n;
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (DETACHED(v[i]))
-            h->near_lazy--;
-        else
-            v[k++] = v[i];
-    }
-    if (k > 1)
-        FN(sort_bucket)(h, v, k);
+    uint32_t k = FN(drop_and_sort)(h, v, n);
     for (uint32_t i = 0; i < k; i++)
         v[i].task->heap_index = RUN_INDEX(r, i);
     h->run[r].v = v;
