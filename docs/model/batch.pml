@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime: claiming batched loop tasks (src/loop.c chime_loop_dispatch,
  * stolen(), chime__loop_unbatch_locked, claim_batch_locked; src/task.c

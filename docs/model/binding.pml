@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime: the loop binding's readiness protocol (src/loop.c), as a Promela
  * model for SPIN. See docs/model.md.

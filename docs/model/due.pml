@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime: the pool's due ring (src/worker.c fill_due_locked, claim_due,
  * run_due, turn_locked, chime__due_grab_locked; src/cancel.c

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime: the pool's submission inbox (src/inbox.c, src/inbox.h; its use in
  * src/worker.c take_locked and src/submit.c chime__submit), as a Promela

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime: the leader-follower take protocol, as a Promela model for SPIN.
  *

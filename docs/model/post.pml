@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime: handle-less posts through a binding's post list and the `quiet`
  * wake-up token (src/post.c, src/ready.c, src/loop.c), as a Promela model

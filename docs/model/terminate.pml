@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime: termination of a pool whose loop tasks belong to their bindings
  * (docs/plan-loop-timers.md step 1: each binding counts its own loop

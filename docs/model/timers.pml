@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chime: a binding's two readiness sources, its eventfd and its timerfd
  * (the loop-owned timers of docs/plan-loop-timers.md, steps 1 and 3, in
