@@ -295,7 +295,8 @@ typedef struct stamp {
     atomic_int runs;
     atomic_llong at; /* when the last run started */
     t_latch fired;
-    chime_task *victim; /* cancel_then_count_fn: the task it cancels */
+    chime_task *victim; /* cancel_victim_fn: the task it cancels */
+    t_latch *hold;      /* hold_loop_fn: what it waits for */
     atomic_int cancel_rc;
 } stamp;
 
@@ -371,6 +372,16 @@ cancel_victim_fn(chime_task *self, void *arg, void **result)
     return stamp_fn(self, arg, result);
 }
 
+/* Holds the loop thread until st->hold opens. */
+static int
+hold_loop_fn(chime_task *self, void *arg, void **result)
+{
+    stamp *st = arg;
+    int rc = stamp_fn(self, arg, result);
+    t_latch_wait(st->hold, T_LONG_NS);
+    return rc;
+}
+
 Test(glib, a_cancelled_loop_task_never_runs)
 {
     server s;
@@ -388,18 +399,30 @@ Test(glib, a_cancelled_loop_task_never_runs)
     cr_assert_eq(chime_loop_post(s.loop, stamp_fn, &victim, &hv), 0);
     canceller.victim = hv;
 
-    /* From another thread: a timer cancelled before it is due. The
-     * sentinel is due later, so once it ran the cancelled one would have
-     * run too (deadline order). */
-    chime_task *ht = NULL, *hs = NULL;
-    cr_assert_eq(chime_loop_schedule(s.loop, stamp_fn, &victim, 60 * MS, &ht),
-                 0);
-    cr_assert_eq(
-        chime_loop_schedule(s.loop, stamp_fn, &sentinel, 120 * MS, &hs), 0);
     server_run(&s);
-    cr_assert_eq(chime_task_cancel(ht, 0), 0);
-
     cr_assert(t_latch_wait(&canceller.fired, T_LONG_NS));
+
+    /* From another thread: a timer cancelled once it is due, while the
+     * loop thread is held inside a callback (so it cannot have run it,
+     * however slow the machine). The sentinel is due later, so once it ran
+     * the cancelled one would have run too (deadline order). */
+    t_latch hold;
+    t_latch_init(&hold, 1);
+    stamp holder;
+    stamp_init(&holder, &s, 1);
+    holder.hold = &hold;
+    cr_assert_eq(chime_loop_post(s.loop, hold_loop_fn, &holder, NULL), 0);
+    cr_assert(t_latch_wait(&holder.fired, T_LONG_NS));
+    chime_task *ht = NULL, *hs = NULL;
+    cr_assert_eq(chime_loop_schedule(s.loop, stamp_fn, &victim, 2 * MS, &ht),
+                 0);
+    int64_t due = chime_now_ns() + 2 * MS; /* at or after its deadline */
+    cr_assert_eq(chime_loop_schedule(s.loop, stamp_fn, &sentinel, 4 * MS, &hs),
+                 0);
+    cr_assert(T_WAIT_UNTIL(chime_now_ns() >= due, T_LONG_NS));
+    cr_assert_eq(chime_task_cancel(ht, 0), 0);
+    t_latch_count_down(&hold);
+
     cr_assert(t_latch_wait(&sentinel.fired, T_LONG_NS));
     cr_assert_eq(atomic_load(&canceller.cancel_rc), 0);
     cr_assert_eq(chime_task_wait(hv, T_LONG_NS, NULL), -ECANCELED);
@@ -408,6 +431,8 @@ Test(glib, a_cancelled_loop_task_never_runs)
     cr_assert_eq(atomic_load(&victim.runs), 0, "a cancelled task ran");
     T_RELEASE(hv, hc, ht, hs);
     server_free(&s);
+    t_latch_destroy(&hold);
+    t_latch_destroy(&holder.fired);
     t_latch_destroy(&victim.fired);
     t_latch_destroy(&sentinel.fired);
     t_latch_destroy(&canceller.fired);
