@@ -16,10 +16,11 @@
  *   thread drops the last reference. GLib holds a reference around every
  *   dispatch, so finalize never overlaps one, and the fields below need no
  *   lock: `loop` never changes; `paused` is touched by dispatch only;
- *   `closed` by dispatch and finalize, which GLib orders; `status` is atomic
- * because chime_glib_source_status() reads it from any thread, `closed` because
- * GLib's ordering (its refcount, its futex-based locks) is invisible to
- * ThreadSanitizer when finalize runs on another thread than the last dispatch.
+ *   `closed` by dispatch and finalize, which GLib orders. `status` is
+ *   atomic because chime_glib_source_status() reads it from any thread;
+ *   `closed` because GLib's ordering (its refcount, its futex-based locks)
+ *   is invisible to ThreadSanitizer when finalize runs on another thread
+ *   than the last dispatch.
  * - A dispatch error that would repeat forever stops the source: -EPERM
  *   (wrong thread), -ECHILD (forked child), -ESHUTDOWN (closed). The fd
  *   stays readable in those cases, so returning G_SOURCE_CONTINUE would
