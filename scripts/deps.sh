@@ -14,6 +14,7 @@ packages=(
     pkg-config      # finds Criterion and libevent; the pkg-config install test
     libcriterion-dev
     libevent-dev
+    libglib2.0-dev  # the GLib binding chime::glib (integrations/glib)
     spin            # model checker for docs/model (scripts/spin.sh)
     "$@"
 )
