@@ -15,6 +15,8 @@ packages=(
     libcriterion-dev
     libevent-dev
     spin            # model checker for docs/model (scripts/spin.sh)
+    doxygen         # API reference and man pages (docs/api), the docs test
+    groff-base      # renders the man pages in the docs test
     "$@"
 )
 
