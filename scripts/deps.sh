@@ -16,6 +16,8 @@ packages=(
     libevent-dev
     libglib2.0-dev  # the GLib binding chime::glib (integrations/glib)
     spin            # model checker for docs/model (scripts/spin.sh)
+    doxygen         # API reference and man pages (docs/api), the docs test
+    groff-base      # renders the man pages in the docs test
     "$@"
 )
 

@@ -69,6 +69,11 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
     l->pool = l->ppool = p;
     l->batch_limit = opts && opts->batch_limit ? opts->batch_limit
                                                : DEFAULT_BATCH;
+    if (opts && opts->thread) {
+        /* Named now, before anyone else can see the binding: no lock. */
+        l->owner = *opts->thread;
+        l->has_owner = true;
+    }
     l->fork_gen = l->pfork_gen = p->fork_gen;
 
     CHIME_LOCK_POOL(&p->mu);
@@ -109,8 +114,11 @@ chime_loop_fd(chime_loop *l)
     return fd;
 }
 
+/* Names the loop thread once: the first name (set_thread, set_thread_id,
+ * opts.thread or the first dispatch) sticks, under loop->mu, so that every
+ * later check (dispatch, close, CALLER_RUNS) sees one owner. */
 int
-chime_loop_set_thread(chime_loop *l)
+chime_loop_set_thread_id(chime_loop *l, pthread_t tid)
 {
     if (l == NULL)
         return -EINVAL;
@@ -119,13 +127,19 @@ chime_loop_set_thread(chime_loop *l)
     int rc = 0;
     CHIME_LOCK_LOOP(&l->mu);
     if (!l->has_owner) {
-        l->owner = pthread_self();
+        l->owner = tid;
         l->has_owner = true;
-    } else if (!pthread_equal(l->owner, pthread_self())) {
+    } else if (!pthread_equal(l->owner, tid)) {
         rc = -EBUSY;
     }
     pthread_mutex_unlock(&l->mu);
     return rc;
+}
+
+int
+chime_loop_set_thread(chime_loop *l)
+{
+    return chime_loop_set_thread_id(l, pthread_self());
 }
 
 static int

@@ -304,6 +304,9 @@ chime_task_sleep(chime_task *t, int64_t ns)
     return rc;
 }
 
+/* Where chime has a cause of its own for a code, the text names it (the
+ * "Returns" of chime.h list them): -EBUSY, -ESHUTDOWN and -EALREADY each
+ * come from a few calls, and the errno wording alone sends users astray. */
 const char *
 chime_strerror(int err)
 {
@@ -319,7 +322,8 @@ chime_strerror(int err)
     case -ENOMEM:
         return "out of memory";
     case -ESHUTDOWN:
-        return "pool is shut down";
+        return "shut down: the loop binding is closed, or the pool is shut "
+               "down";
     case -EAGAIN:
         return "resource temporarily unavailable (queue full or no thread)";
     case -ECANCELED:
@@ -329,13 +333,17 @@ chime_strerror(int err)
     case -EDEADLK:
         return "would wait for itself (deadlock)";
     case -EALREADY:
-        return "task already completed";
+        return "already done: the task has already completed, or the loop "
+               "binding is already closed";
     case -ENOENT:
         return "task not queued in this pool";
     case -EINTR:
         return "interrupted";
     case -EBUSY:
-        return "busy";
+        return "busy: a loop binding is still open (close it before "
+               "chime_pool_destroy), another thread is the binding's loop "
+               "thread, or dispatch was called from one of the binding's own "
+               "callbacks";
     case -EPERM:
         return "operation not permitted (not the binding's loop thread)";
     case -ECHILD:

@@ -215,6 +215,50 @@ Test(api, every_code_has_a_name)
     cr_assert_str_eq(chime_version(), "0.1.0");
 }
 
+/* The text of each code names what chime means by it, for every call
+ * that returns it. */
+#define T_NAMES(code, what)                                                    \
+    cr_assert_not_null(strstr(chime_strerror(code), what),                     \
+                       "chime_strerror(%s) = \"%s\" does not say \"%s\"",      \
+                       #code, chime_strerror(code), what)
+
+Test(api, strerror_names_the_real_causes_of_ebusy_eshutdown_ealready)
+{
+    chime_pool *p = pool_with(1);
+    chime_loop *l = loop_new(p, 0);
+    chime_task *h = NULL;
+
+    /* -EBUSY: destroy while a binding is open; another loop thread named;
+     * dispatch from the binding's own callback (test_loop_thread.c). */
+    cr_assert_eq(chime_pool_destroy(p), -EBUSY);
+    T_NAMES(-EBUSY, "a loop binding is still open");
+    T_NAMES(-EBUSY, "close it before chime_pool_destroy");
+    cr_assert_eq(run_on_thread(t_do_set_thread, l), 0);
+    cr_assert_eq(chime_loop_set_thread(l), -EBUSY);
+    T_NAMES(-EBUSY, "another thread is the binding's loop thread");
+    T_NAMES(-EBUSY, "dispatch was called from one of the binding's own");
+
+    /* -EALREADY: a task already completed; a second close. */
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, 0, &h), 0);
+    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
+    cr_assert_eq(chime_task_cancel(h, 0), -EALREADY);
+    T_NAMES(-EALREADY, "the task has already completed");
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_loop_close(l), -EALREADY);
+    T_NAMES(-EALREADY, "binding is already closed");
+
+    /* -ESHUTDOWN: a closed binding; a shut-down pool. */
+    cr_assert_eq(chime_loop_post(l, t_noop_fn, NULL, NULL), -ESHUTDOWN);
+    cr_assert_eq(chime_loop_dispatch(l), -ESHUTDOWN);
+    T_NAMES(-ESHUTDOWN, "the loop binding is closed");
+    cr_assert_eq(chime_pool_shutdown(p), 0);
+    cr_assert_eq(chime_pool_execute(p, t_noop_fn, NULL), -ESHUTDOWN);
+    T_NAMES(-ESHUTDOWN, "the pool is shut down");
+
+    cr_assert_eq(chime_task_release(h), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
 Test(api, options_init_sets_the_documented_defaults)
 {
     chime_pool_options o;

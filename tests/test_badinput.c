@@ -243,6 +243,8 @@ Test(badinput, null_loop_arguments)
     BAD("chime_loop_fd", "loop NULL", chime_loop_fd(NULL), -EINVAL);
     BAD("chime_loop_set_thread", "loop NULL", chime_loop_set_thread(NULL),
         -EINVAL);
+    BAD("chime_loop_set_thread_id", "loop NULL",
+        chime_loop_set_thread_id(NULL, pthread_self()), -EINVAL);
     BAD("chime_loop_dispatch", "loop NULL", chime_loop_dispatch(NULL), -EINVAL);
     BAD("chime_loop_post", "loop NULL",
         chime_loop_post(NULL, t_noop_fn, NULL, &h), -EINVAL);
@@ -766,6 +768,8 @@ Test(badinput, loop_calls_from_the_wrong_thread_or_reentered)
         chime_loop_set_thread(l), 0);
     BAD("chime_loop_set_thread", "from another thread",
         run_on_thread(t_do_set_thread, l), -EBUSY);
+    BAD("chime_loop_set_thread_id", "naming the loop thread again",
+        chime_loop_set_thread_id(l, pthread_self()), 0);
     cr_assert_eq(chime_loop_post(l, t_noop_fn, NULL, NULL), 0);
     BAD("chime_loop_dispatch", "from a thread other than the loop thread",
         run_on_thread(t_do_dispatch, l), -EPERM);
@@ -1195,6 +1199,8 @@ typedef struct inherited {
     X(chime_loop_new, c, chime_loop_new(in->p, NULL, &l2))                     \
     X(chime_loop_fd, cl, chime_loop_fd(in->l))                                 \
     X(chime_loop_set_thread, cl, chime_loop_set_thread(in->l))                 \
+    X(chime_loop_set_thread_id, cl,                                            \
+      chime_loop_set_thread_id(in->l, pthread_self()))                         \
     X(chime_loop_dispatch, cl, chime_loop_dispatch(in->l))                     \
     X(chime_loop_post, cl, chime_loop_post(in->l, t_noop_fn, NULL, &x))        \
     X(chime_loop_schedule, cl,                                                 \

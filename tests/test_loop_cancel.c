@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Loop bindings (src/loop.c), cancel and re-arm: the guarantee that a
  * task the loop thread cancelled or re-armed does not run (at its old
- * time), also from a callback and under a race with the workers; cancel
- * and re-arm from other threads racing with close; chime_pool_remove and
+ * time), also from a callback and under a race with the workers, and
+ * from any thread before the binding's first dispatch; a callback that
+ * cancels and releases its own handle; cancel and re-arm from other
+ * threads racing with close; chime_pool_remove and
  * chime_pool_contains on loop tasks racing with dispatch.
  *
  * No event loop library here: the "loop" is either the test's main thread
@@ -153,6 +155,156 @@ Test(loop, cancel_and_rearm_from_a_callback_beat_tasks_later_in_the_batch)
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&n1), 0);
+}
+
+/* ---- exact before the first dispatch, from any thread -------------------- */
+
+typedef struct setup_calls {
+    chime_task *cancel_me, *rearm_me;
+    int cancel_rc, rearm_rc;
+} setup_calls;
+
+static int
+cancel_and_rearm(void *arg)
+{
+    setup_calls *c = arg;
+    c->cancel_rc = chime_task_cancel(c->cancel_me, 0);
+    c->rearm_rc = chime_task_rearm(c->rearm_me, 20 * MS);
+    return 0;
+}
+
+/* A server sets up on one thread and runs the loop on another: until the
+ * binding's first dispatch, no dispatch can be taking a task to run, so a
+ * cancel or re-arm from any thread is exact, even for tasks already due and
+ * sitting in the ready queue. */
+Test(loop, cancel_and_rearm_from_any_thread_before_the_first_dispatch_are_exact)
+{
+    t_clock clk;
+    chime_pool *p = vpool(1, &clk);
+    chime_loop *l = loop_new(p, 0); /* no loop thread yet */
+    atomic_int na = 0, nb = 0, nc = 0, np = 0;
+    setup_calls c = {.cancel_rc = 1, .rearm_rc = 1};
+    chime_task *hc = NULL, *hp = NULL;
+    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &na, 10 * MS, &c.cancel_me),
+                 0);
+    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &nb, 10 * MS, &c.rearm_me),
+                 0);
+    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &nc, 10 * MS, &hc), 0);
+    t_clock_advance(&clk, p, 10 * MS);
+    /* A post with a handle first moves the due timers into the ready
+     * queue, ahead of itself. */
+    cr_assert_eq(chime_loop_post(l, t_count_fn, &np, &hp), 0);
+    cr_assert_eq(ready_of(l), 4);
+    cr_assert(T_WAIT_UNTIL(readable(l), T_LONG_NS));
+
+    /* Neither the setup thread nor the future loop thread. */
+    cr_assert_eq(run_on_thread(cancel_and_rearm, &c), 0);
+    cr_assert_eq(c.cancel_rc, 0);
+    cr_assert_eq(c.rearm_rc, 0);
+    cr_assert_eq(chime_task_wait(c.cancel_me, 0, NULL), -ECANCELED);
+    cr_assert_eq(chime_task_get_state(c.rearm_me), CHIME_TASK_PENDING);
+    cr_assert_eq(chime_task_remaining(c.rearm_me), 20 * MS);
+
+    /* The first dispatch (this thread becomes the loop thread). */
+    cr_assert_eq(chime_loop_dispatch(l), 2);
+    cr_assert_eq(atomic_load(&na), 0, "ran after a cancel before dispatch");
+    cr_assert_eq(atomic_load(&nb), 0, "ran at its old time after a re-arm");
+    cr_assert_eq(atomic_load(&nc), 1);
+    cr_assert_eq(atomic_load(&np), 1);
+    t_clock_advance(&clk, p, 20 * MS);
+    cr_assert(DISPATCH_UNTIL(l, atomic_load(&nb) == 1, T_LONG_NS));
+    cr_assert_eq(chime_task_wait(c.rearm_me, 0, NULL), 0);
+    cr_assert_eq(atomic_load(&na), 0);
+
+    chime_task_release(c.cancel_me);
+    chime_task_release(c.rearm_me);
+    chime_task_release(hc);
+    chime_task_release(hp);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+/* ---- a callback cancels and releases its own handle ---------------------- */
+
+/* A connection whose idle timeout closes it: the timeout callback cancels
+ * its own timer, releases the handle the connection kept, and frees the
+ * connection, all before it returns. */
+typedef struct conn {
+    chime_task *timer; /* the handle the connection keeps */
+    int close_after;   /* runs before the timeout closes the connection */
+    atomic_int *runs;  /* outlives the connection */
+    atomic_int *cancel_rc, *release_rc;
+} conn;
+
+static int
+conn_timeout_fn(chime_task *self, void *arg, void **result)
+{
+    (void)result;
+    conn *c = arg;
+    int run = atomic_fetch_add(c->runs, 1) + 1;
+    if (self != c->timer)
+        atomic_store(c->cancel_rc, -999); /* not the handle it kept */
+    if (run < c->close_after)
+        return 0;
+    atomic_store(c->cancel_rc, chime_task_cancel(c->timer, 0));
+    atomic_store(c->release_rc, chime_task_release(c->timer));
+    free(c);
+    return 0;
+}
+
+static conn *
+conn_new(int close_after, atomic_int *runs, atomic_int *cancel_rc,
+         atomic_int *release_rc)
+{
+    conn *c = malloc(sizeof(*c));
+    cr_assert_not_null(c);
+    *c = (conn){.close_after = close_after,
+                .runs = runs,
+                .cancel_rc = cancel_rc,
+                .release_rc = release_rc};
+    return c;
+}
+
+Test(loop, a_callback_may_cancel_and_release_its_own_handle)
+{
+    t_clock clk;
+    chime_pool *p = vpool(1, &clk);
+    chime_loop *l = loop_here(p, 0);
+
+    /* A one-shot idle timeout, and a periodic one that closes its
+     * connection on its third run. */
+    atomic_int runs1 = 0, cancel1 = 1, release1 = 1;
+    atomic_int runs2 = 0, cancel2 = 1, release2 = 1;
+    conn *c1 = conn_new(1, &runs1, &cancel1, &release1);
+    conn *c2 = conn_new(3, &runs2, &cancel2, &release2);
+    cr_assert_eq(chime_loop_schedule(l, conn_timeout_fn, c1, 10 * MS,
+                                     &c1->timer),
+                 0);
+    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, conn_timeout_fn, c2,
+                                                   10 * MS, 10 * MS,
+                                                   &c2->timer),
+                 0);
+    for (int i = 1; i <= 3; i++) {
+        t_clock_advance(&clk, p, 10 * MS);
+        cr_assert(DISPATCH_UNTIL(l, atomic_load(&runs2) == i, T_LONG_NS));
+    }
+    /* Its next runs would be due now: a dispatch reads the clock and
+     * would run them. */
+    for (int i = 0; i < 2; i++) {
+        t_clock_advance(&clk, p, 10 * MS);
+        cr_assert_eq(chime_loop_dispatch(l), 0);
+    }
+    cr_assert_eq(atomic_load(&runs1), 1);
+    cr_assert_eq(atomic_load(&cancel1), 0, "cancel of its own running task");
+    cr_assert_eq(atomic_load(&release1), 0);
+    cr_assert_eq(atomic_load(&runs2), 3, "ran again after cancelling itself");
+    cr_assert_eq(atomic_load(&cancel2), 0);
+    cr_assert_eq(atomic_load(&release2), 0);
+    cr_assert_eq(lstats(l).timers, 0);
+    cr_assert_eq(stats_of(p).cancelled, 2);
+    cr_assert_not(readable(l));
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
 Test(loop, rearm_to_now_queues_behind_tasks_already_due)

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Loop bindings (src/loop.c), the loop thread: callbacks run on it
- * whoever submits them, only it may dispatch (set_thread, re-entry), bad
- * arguments, a callback's outcome reaching its handle, and calls on
- * inherited objects in a fork child.
+ * whoever submits them, only it may dispatch (set_thread, re-entry), naming
+ * it from another thread (set_thread_id, options.thread, CALLER_RUNS on the
+ * named thread before its first dispatch), bad arguments, a callback's
+ * outcome reaching its handle, and calls on inherited objects in a fork
+ * child.
  *
  * No event loop library here: the "loop" is either the test's main thread
  * calling chime_loop_dispatch() itself, or a test-owned runner thread
@@ -21,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -189,6 +192,171 @@ Test(loop, set_thread_names_the_loop_thread_before_any_dispatch)
     cr_assert_eq(chime_loop_close(a), 0);
     cr_assert_eq(chime_loop_close(b), 0);
     cr_assert_eq(chime_loop_close(c), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+/* ---- naming the loop thread from another thread -------------------------- */
+
+/* A server's loop thread, started before the main thread creates (or
+ * attaches) the binding, and told later what to do: it waits for `go`,
+ * then runs `fn` and keeps its result. No Criterion assertion off the main
+ * thread: everything is checked after the join. */
+typedef struct later {
+    pthread_t tid;
+    chime_loop *loop;
+    t_latch go;
+    int (*fn)(struct later *);
+    int rc;
+    /* what fn saw */
+    where w;
+    chime_task *h;
+    int wait_rc;
+    int dispatch_rc;
+} later;
+
+static void *
+later_main(void *arg)
+{
+    later *t = arg;
+    t->rc = t_latch_wait(&t->go, T_LONG_NS) ? t->fn(t) : -ETIMEDOUT;
+    return NULL;
+}
+
+static void
+later_start(later *t, int (*fn)(later *))
+{
+    t->fn = fn;
+    t->rc = 1;
+    t_latch_init(&t->go, 1);
+    cr_assert_eq(pthread_create(&t->tid, NULL, later_main, t), 0);
+}
+
+/* Lets it run fn, waits for it, and returns fn's result. */
+static int
+later_run(later *t)
+{
+    t_latch_count_down(&t->go);
+    cr_assert_eq(pthread_join(t->tid, NULL), 0);
+    t_latch_destroy(&t->go);
+    return t->rc;
+}
+
+/* Waits until the binding has work, then dispatches it. */
+static int
+later_dispatch(later *t)
+{
+    if (!T_WAIT_UNTIL(readable(t->loop), T_LONG_NS))
+        return -ETIMEDOUT;
+    return chime_loop_dispatch(t->loop);
+}
+
+Test(loop, set_thread_id_names_the_loop_thread_from_another_thread)
+{
+    chime_pool *p = pool_with(1);
+    later t = {0};
+    later_start(&t, later_dispatch);
+    chime_loop *l = loop_new(p, 0);
+    t.loop = l;
+    where_init(&t.w, l, t.tid);
+
+    /* The main thread names the loop thread before it runs its loop. */
+    cr_assert_eq(chime_loop_set_thread_id(l, t.tid), 0);
+    cr_assert_eq(chime_loop_set_thread_id(l, t.tid), 0, "naming it twice");
+    cr_assert_eq(chime_loop_set_thread_id(l, pthread_self()), -EBUSY);
+    cr_assert_eq(chime_loop_set_thread(l), -EBUSY);
+    cr_assert_eq(chime_loop_set_thread_id(NULL, t.tid), -EINVAL);
+
+    /* Only the named thread may dispatch, even before it ever did. */
+    cr_assert_eq(chime_loop_post(l, where_fn, &t.w, NULL), 0);
+    cr_assert(T_WAIT_UNTIL(readable(l), T_LONG_NS));
+    cr_assert_eq(chime_loop_dispatch(l), -EPERM);
+    cr_assert_eq(run_on_thread(t_do_dispatch, l), -EPERM);
+    cr_assert_eq(atomic_load(&t.w.ran), 0, "a refused dispatch ran it");
+
+    cr_assert_eq(later_run(&t), 1, "the named thread's dispatch");
+    cr_assert_eq(atomic_load(&t.w.ran), 1);
+    cr_assert_eq(atomic_load(&t.w.wrong), 0, "ran off the named thread");
+    cr_assert_eq(chime_loop_dispatch(l), -EPERM);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+Test(loop, options_thread_names_the_loop_thread_at_creation)
+{
+    chime_loop_options o;
+    memset(&o, 0xff, sizeof(o));
+    chime_loop_options_init(&o);
+    cr_assert_null(o.thread, "not named by default");
+    cr_assert_eq(o.batch_limit, 64);
+
+    chime_pool *p = pool_with(1);
+    later t = {0};
+    later_start(&t, later_dispatch);
+    o.thread = &t.tid;
+    chime_loop *l = NULL;
+    cr_assert_eq(chime_loop_new(p, &o, &l), 0);
+    t.loop = l;
+    where_init(&t.w, l, t.tid);
+    cr_assert_eq(chime_loop_set_thread_id(l, t.tid), 0);
+    cr_assert_eq(chime_loop_set_thread(l), -EBUSY);
+
+    cr_assert_eq(chime_loop_post(l, where_fn, &t.w, NULL), 0);
+    cr_assert(T_WAIT_UNTIL(readable(l), T_LONG_NS));
+    cr_assert_eq(chime_loop_dispatch(l), -EPERM);
+    cr_assert_eq(later_run(&t), 1);
+    cr_assert_eq(atomic_load(&t.w.ran), 1);
+    cr_assert_eq(atomic_load(&t.w.wrong), 0);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+/* On the named thread, before its first dispatch: a loop schedule at
+ * capacity under CALLER_RUNS runs there, then dispatch works. */
+static int
+later_schedule_then_dispatch(later *t)
+{
+    t->h = (chime_task *)&t->h; /* must be overwritten */
+    int rc = chime_loop_schedule(t->loop, where_fn, &t->w, 0, &t->h);
+    if (rc != 0)
+        return rc;
+    t->wait_rc = chime_task_wait(t->h, 0, NULL);
+    chime_task_release(t->h);
+    t->dispatch_rc = chime_loop_dispatch(t->loop);
+    return 0;
+}
+
+Test(loop, caller_runs_runs_a_loop_task_on_the_named_thread_before_it_dispatched)
+{
+    /* Full: one far task and max_pending 1, on a clock that stays put. */
+    t_clock c;
+    chime_pool_options po = t_options(1);
+    po.max_pending = 1;
+    po.reject_policy = CHIME_REJECT_CALLER_RUNS;
+    chime_pool *p = vpool_opts(&po, &c, T_START_NS);
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, T_FAR_NS, NULL), 0);
+
+    later t = {0};
+    later_start(&t, later_schedule_then_dispatch);
+    chime_loop *l = loop_new(p, 0);
+    t.loop = l;
+    where_init(&t.w, l, t.tid);
+    cr_assert_eq(chime_loop_set_thread_id(l, t.tid), 0);
+
+    /* Not the loop thread: refused, nothing runs. */
+    chime_task *h = (chime_task *)&h;
+    cr_assert_eq(chime_loop_schedule(l, where_fn, &t.w, 0, &h), -EAGAIN);
+    cr_assert_null(h);
+    cr_assert_eq(atomic_load(&t.w.ran), 0);
+
+    /* The named loop thread, which never dispatched: runs it there. */
+    cr_assert_eq(later_run(&t), 0, "schedule on the named thread: %s",
+                 chime_strerror(t.rc));
+    cr_assert_eq(atomic_load(&t.w.ran), 1);
+    cr_assert_eq(atomic_load(&t.w.wrong), 0);
+    cr_assert_eq(t.wait_rc, 0);
+    cr_assert_eq(t.dispatch_rc, 0, "its first dispatch");
+    cr_assert_eq(stats_of(p).rejected, 2); /* one refusal, one caller run */
+    cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 

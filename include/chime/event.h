@@ -1,17 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* chime + libevent: run a binding's callbacks on an event_base's thread.
+/**
+ * @file event.h
+ * @brief chime + libevent: run a binding's callbacks on an event_base's
+ * thread (chime-event(3)).
  *
  * Installed and built only with libevent (library chime::event, pkg-config
- * module chime-event). Workers never call libevent: no
- * evthread_use_pthreads() and no BEV_OPT_THREADSAFE are needed, because
- * every callback of the binding runs inside the base's own loop.
- *
- * Order of teardown (each step on the loop thread):
- *   1. chime_event_detach()  - unregisters the event, closes the binding
- *      (its pending tasks complete as cancelled);
- *   2. event_base_free()     - the base may go once no chime event is on it;
- *   3. chime_pool_destroy()  - after every binding of the pool is closed
- *      (it returns -EBUSY otherwise).
+ * module chime-event).
  */
 #ifndef CHIME_EVENT_H
 #define CHIME_EVENT_H
@@ -22,32 +16,82 @@
 extern "C" {
 #endif
 
+/**
+ * @defgroup chime-event The libevent binding
+ * @brief chime_event: a loop binding (chime-loop(3)) watched by a libevent
+ * event_base, whose callbacks run on the base's loop thread.
+ *
+ * Workers never call libevent: no evthread_use_pthreads() and no
+ * BEV_OPT_THREADSAFE are needed, because every callback of the binding runs
+ * inside the base's own loop.
+ *
+ * @par Naming the loop thread
+ * A server that attaches on its main thread and runs each base on a thread
+ * of its own names that thread at attach time: set chime_loop_options.thread
+ * to its pthread_t (or call chime_loop_set_thread_id() on
+ * chime_event_loop() before the thread runs its base). Without a name, the
+ * first thread that runs the base's loop while the fd is readable becomes
+ * the binding's loop thread for good.
+ *
+ * @par Order of teardown (each step on the loop thread)
+ * 1. chime_event_detach(): unregisters the event, closes the binding (its
+ *    pending tasks complete as cancelled);
+ * 2. event_base_free(): the base may go once no chime event is on it;
+ * 3. chime_pool_destroy(): after every binding of the pool is closed (it
+ *    returns -EBUSY otherwise).
+ * @{
+ */
+
 struct event_base;
 
+/** A binding attached to a libevent event_base. Opaque. */
 typedef struct chime_event chime_event;
 
-/* Creates a binding on pool for base and registers a persistent read event
- * on its readiness fd whose callback runs chime_loop_dispatch(). The thread
- * that runs the base becomes the binding's loop thread at its first
- * dispatch. opts NULL: defaults.
- * Returns: 0, -EINVAL (NULL argument), -ENOMEM, -EIO (libevent refused the
- * event), or chime_loop_new()'s errors.
- * Thread-safety: any thread, before the base runs; else the loop thread.
- * Runs on: the base's loop thread (every callback of the binding). */
+/**
+ * @brief Creates a binding on pool for base.
+ *
+ * Registers a persistent read event on the binding's readiness fd whose
+ * callback runs chime_loop_dispatch(). The thread that runs the base
+ * becomes the binding's loop thread at its first dispatch, unless
+ * opts->thread names it now (see chime_loop_options).
+ * @param pool The pool.
+ * @param base The libevent base whose thread will run the callbacks.
+ * @param opts Passed to chime_loop_new(); NULL: defaults.
+ * @param out Receives the binding.
+ * @retval 0 Success.
+ * @retval -EINVAL A NULL argument.
+ * @retval -ENOMEM Out of memory.
+ * @retval -EIO libevent refused the event.
+ * @return Or chime_loop_new()'s errors.
+ * @par Thread-safety:
+ * Any thread, before the base runs; else the loop thread.
+ * @par Runs on:
+ * The base's loop thread (every callback of the binding).
+ */
 CHIME_EXPORT int chime_event_attach(chime_pool *pool, struct event_base *base,
                                     const chime_loop_options *opts,
                                     chime_event **out);
 
-/* The binding, to post and schedule loop work with chime_loop_*().
- * NULL for NULL. Thread-safety: any thread. */
+/**
+ * @brief The binding, to post and schedule loop work with chime_loop_*().
+ * @return The binding; NULL for NULL.
+ * @par Thread-safety:
+ * Any thread.
+ */
 CHIME_EXPORT chime_loop *chime_event_loop(chime_event *ev);
 
-/* Unregisters the event and closes the binding (see chime_loop_close),
- * then frees ev. detach(NULL) is a no-op. Returns 0 or chime_loop_close()'s
- * error (then nothing is done).
- * Thread-safety: the loop thread, or any thread while the base is not
- * running. */
+/**
+ * @brief Unregisters the event and closes the binding, then frees ev.
+ *
+ * See chime_loop_close(). detach(NULL) is a no-op.
+ * @retval 0 Success (or ev NULL).
+ * @return Or chime_loop_close()'s error (then nothing is done).
+ * @par Thread-safety:
+ * The loop thread, or any thread while the base is not running.
+ */
 CHIME_EXPORT int chime_event_detach(chime_event *ev);
+
+/** @} */
 
 #ifdef __cplusplus
 }
