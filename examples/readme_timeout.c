@@ -376,7 +376,7 @@ main(int argc, char **argv)
         fprintf(stderr, "readme_timeout: pthread_create failed\n");
         return 1;
     }
-    int rc = serve(&srv, lfd); /* closes lfd */
+    int rc = serve(&srv, lfd); /* its listener closes lfd */
     if (self_test)
         pthread_join(client, NULL);
     if (rc != 0) {
