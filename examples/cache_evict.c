@@ -38,17 +38,15 @@
  * The loop checks every 20 ms that no entry is more than two periods past
  * its expiry.
  *
- * Usage: cache_evict [--seconds N] [--ttl-ms N] [--scan-ms N] [--capacity N]
- *                    [--quiet]
- *   defaults: 2 s, TTL 300 ms, a scan every 100 ms, 32768 entries (a
- *   smaller capacity makes the LRU drop entries too); --quiet: no line per
- *   pass
+ * Options (`cache_evict --help` lists each with its default): --seconds N,
+ * --ttl-ms N, --scan-ms N, --capacity N, --quiet.
  */
 #include <chime/chime.h>
 #include <chime/event.h>
 
 #include <event2/event.h>
 
+#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -458,10 +456,6 @@ static long
 parse_num(const char *opt, const char *val, long min, long max)
 {
     char *end;
-    if (!val) {
-        fprintf(stderr, "cache_evict: %s needs a value\n", opt);
-        exit(2);
-    }
     long v = strtol(val, &end, 10);
     if (*val == '\0' || *end != '\0' || v < min || v > max) {
         fprintf(stderr, "cache_evict: %s: expected %ld..%ld, got '%s'\n", opt,
@@ -471,27 +465,65 @@ parse_num(const char *opt, const char *val, long min, long max)
     return v;
 }
 
+static const char usage[] =
+    "usage: cache_evict [options]\n"
+    "A TTL + LRU cache owned by a libevent loop; a worker finds expired\n"
+    "entries on an immutable snapshot and the loop evicts them after a\n"
+    "re-check. Exits 0 when no entry outlived its expiry by more than two\n"
+    "scan periods.\n"
+    "  --seconds N    length of the run, in seconds (default 2)\n"
+    "  --ttl-ms N     time to live of an entry, in ms; at least two scan\n"
+    "                 periods (default 300)\n"
+    "  --scan-ms N    period of the worker's scan, in ms (default 100)\n"
+    "  --capacity N   most entries in the cache; a smaller one makes the\n"
+    "                 LRU drop entries too (default 32768)\n"
+    "  --quiet        no line per scan pass, only the summary (default:\n"
+    "                 off)\n"
+    "  --help         print this and exit\n";
+
 int
 main(int argc, char **argv)
 {
+    static const struct option longopts[] = {
+        {"seconds", required_argument, NULL, 's'},
+        {"ttl-ms", required_argument, NULL, 't'},
+        {"scan-ms", required_argument, NULL, 'p'},
+        {"capacity", required_argument, NULL, 'c'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
     long seconds = 2, ttl_ms = 300, scan_ms = 100, capacity = 32768;
     bool quiet = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--seconds") == 0)
-            seconds = parse_num(argv[i], argv[i + 1], 1, 3600), i++;
-        else if (strcmp(argv[i], "--ttl-ms") == 0)
-            ttl_ms = parse_num(argv[i], argv[i + 1], 1, 3600000), i++;
-        else if (strcmp(argv[i], "--scan-ms") == 0)
-            scan_ms = parse_num(argv[i], argv[i + 1], 1, 3600000), i++;
-        else if (strcmp(argv[i], "--capacity") == 0)
-            capacity = parse_num(argv[i], argv[i + 1], 1, 1 << 24), i++;
-        else if (strcmp(argv[i], "--quiet") == 0)
+    int opt;
+    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 's':
+            seconds = parse_num("--seconds", optarg, 1, 3600);
+            break;
+        case 't':
+            ttl_ms = parse_num("--ttl-ms", optarg, 1, 3600000);
+            break;
+        case 'p':
+            scan_ms = parse_num("--scan-ms", optarg, 1, 3600000);
+            break;
+        case 'c':
+            capacity = parse_num("--capacity", optarg, 1, 1 << 24);
+            break;
+        case 'q':
             quiet = true;
-        else {
-            fprintf(stderr, "usage: cache_evict [--seconds N] [--ttl-ms N] "
-                            "[--scan-ms N] [--capacity N] [--quiet]\n");
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            fputs(usage, stderr);
             return 2;
         }
+    }
+    if (optind < argc) {
+        fputs(usage, stderr);
+        return 2;
     }
     if (ttl_ms < 2 * scan_ms) {
         fprintf(stderr, "cache_evict: --ttl-ms must be at least two scan "

@@ -14,6 +14,7 @@
  */
 #include <chime/chime.h>
 
+#include <getopt.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -141,9 +142,35 @@ report(const char *name, chime_task *task, int rc, const struct job *j)
            atomic_load(&j->runs));
 }
 
+static const char usage[] =
+    "usage: demo [options]\n"
+    "A pool of two workers runs five timers for about 0.75 s (one-shot,\n"
+    "fixed rate, fixed delay, one cancelled, one re-armed) and prints when\n"
+    "each run was due and when it ran. Exits 0 when every task behaved as\n"
+    "described. It has no other option.\n"
+    "  --help         print this and exit\n";
+
 int
-main(void)
+main(int argc, char **argv)
 {
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int opt;
+    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        if (opt == 'h') {
+            fputs(usage, stdout);
+            return 0;
+        }
+        fputs(usage, stderr);
+        return 2;
+    }
+    if (optind < argc) {
+        fputs(usage, stderr);
+        return 2;
+    }
+
     struct job once = {
         .name = "once", .kind = JOB_ONCE, .first_ns = 100 * CHIME_MSEC};
     struct job rate = {.name = "rate",

@@ -25,11 +25,8 @@
  *   handing a callback to the loop (chime_loop_post), and main reads its
  *   results after pthread_join().
  *
- * Usage: echo_idle [--idle-ms N] [--seconds N] [--self-test]
- *   --idle-ms N  close a connection after N ms without input (default 2000)
- *   --seconds N  stop after N seconds (default: run until SIGINT/SIGTERM)
- *   --self-test  connect 3 active and 3 idle clients from a client thread;
- *                exit 0 if exactly the idle ones were closed, on time
+ * Options (`echo_idle --help` lists each with its default): --idle-ms N,
+ * --seconds N, --self-test.
  */
 #include <chime/chime.h>
 #include <chime/event.h>
@@ -41,6 +38,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -415,10 +413,6 @@ static long
 parse_num(const char *opt, const char *val, long min, long max)
 {
     char *end;
-    if (!val) {
-        fprintf(stderr, "echo_idle: %s needs a value\n", opt);
-        exit(2);
-    }
     long v = strtol(val, &end, 10);
     if (*val == '\0' || *end != '\0' || v < min || v > max) {
         fprintf(stderr, "echo_idle: %s: expected %ld..%ld, got '%s'\n", opt,
@@ -428,23 +422,54 @@ parse_num(const char *opt, const char *val, long min, long max)
     return v;
 }
 
+static const char usage[] =
+    "usage: echo_idle [options]\n"
+    "An echo server on 127.0.0.1 (an ephemeral port, printed) that closes\n"
+    "connections idle for --idle-ms; a stats line every second.\n"
+    "  --idle-ms N    close a connection after N ms without input\n"
+    "                 (default 2000)\n"
+    "  --seconds N    stop after N seconds (default: run until SIGINT or\n"
+    "                 SIGTERM)\n"
+    "  --self-test    connect 3 active and 3 idle clients from a client\n"
+    "                 thread, stop when done; exit 0 if exactly the idle\n"
+    "                 ones were closed, on time (default: off)\n"
+    "  --help         print this and exit\n";
+
 int
 main(int argc, char **argv)
 {
+    static const struct option longopts[] = {
+        {"idle-ms", required_argument, NULL, 'i'},
+        {"seconds", required_argument, NULL, 's'},
+        {"self-test", no_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
     long idle_ms = 2000, seconds = 0;
     bool self_test = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--idle-ms") == 0)
-            idle_ms = parse_num(argv[i], argv[i + 1], 1, 3600000), i++;
-        else if (strcmp(argv[i], "--seconds") == 0)
-            seconds = parse_num(argv[i], argv[i + 1], 1, 1000000), i++;
-        else if (strcmp(argv[i], "--self-test") == 0)
+    int opt;
+    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'i':
+            idle_ms = parse_num("--idle-ms", optarg, 1, 3600000);
+            break;
+        case 's':
+            seconds = parse_num("--seconds", optarg, 1, 1000000);
+            break;
+        case 't':
             self_test = true;
-        else {
-            fprintf(stderr, "usage: echo_idle [--idle-ms N] [--seconds N] "
-                            "[--self-test]\n");
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            fputs(usage, stderr);
             return 2;
         }
+    }
+    if (optind < argc) {
+        fputs(usage, stderr);
+        return 2;
     }
     /* A peer that closes while we echo must not kill the server. */
     signal(SIGPIPE, SIG_IGN);

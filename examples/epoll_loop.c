@@ -16,6 +16,7 @@
  */
 #include <chime/chime.h>
 
+#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -150,9 +151,35 @@ work_done(void)
     return once_runs == 1 && rate_runs == RATE_RUNS && posted_runs == 1;
 }
 
+static const char usage[] =
+    "usage: epoll_loop [options]\n"
+    "A loop binding driven by a raw epoll loop on the main thread (no\n"
+    "libevent): loop one-shots, a fixed-rate loop task, a loop task\n"
+    "cancelled before it is due and a post from a worker, all checked to\n"
+    "run on the epoll thread. Exits 0 when they did. No other option.\n"
+    "  --help         print this and exit\n";
+
 int
-main(void)
+main(int argc, char **argv)
 {
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int opt;
+    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        if (opt == 'h') {
+            fputs(usage, stdout);
+            return 0;
+        }
+        fputs(usage, stderr);
+        return 2;
+    }
+    if (optind < argc) {
+        fputs(usage, stderr);
+        return 2;
+    }
+
     chime_pool_options opts;
     chime_pool_options_init(&opts);
     opts.threads = 2;

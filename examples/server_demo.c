@@ -10,11 +10,18 @@
  *   when its old deadline comes); when it fires, its callback runs on the
  *   loop thread and closes the connection there. Lateness = fire time -
  *   (last activity + idle timeout) is recorded for every timeout.
- * - Maintenance (a worker): every 250 ms a fixed-rate pool task scans an
- *   immutable snapshot of the session table that the loop published, and
- *   posts the expired session ids back (chime_loop_post); the loop re-checks
- *   and evicts them. The worker never touches the table (cache_evict.c
- *   explains the protocol in detail).
+ * - Maintenance: every 250 ms a scan of the session table (--table
+ *   records, 2,000,000 by default: the connections' own and those of
+ *   earlier sessions, each kept a while after its connection went quiet)
+ *   finds the expired records. --scan-on worker (the default): a
+ *   fixed-rate pool task scans the table in place on a worker (the records
+ *   are atomics that only the loop writes, so no copy and no lock) and
+ *   posts the expired ones back (chime_loop_post); the loop re-checks and
+ *   evicts them. --scan-on loop: a fixed-rate loop task scans and evicts
+ *   inline, as a server without a worker pool would, and the loop stalls
+ *   for the whole scan. The summary's "maintenance on the loop" line and
+ *   the lateness of the idle timeouts and echoes show the difference
+ *   (scripts/demo.sh runs both, side by side).
  * - Load (a client thread): --conns connections (2,000 by default) from its
  *   own event_base; 30% go quiet after one echo and must be closed by the
  *   server's idle timeout (they reconnect while there is time, so the run
@@ -26,7 +33,7 @@
  *   every server bufferevent, struct server (counters, session table,
  *   lateness samples). All chime callbacks except the scan run here.
  * - chime workers: keep time for the loop tasks and run the scan, which
- *   reads only the published snapshot and writes only the victim list.
+ *   reads the records' atomics and writes only the victim list.
  * - the client thread: its own event_base and everything in struct load.
  *   When it is done it posts "stop" to the server loop (chime_loop_post);
  *   main reads its results after pthread_join(). Two bases in two threads,
@@ -35,7 +42,7 @@
  * Exits 0 when every idle connection was closed by its timer, no active one
  * was closed, and no timer ran early.
  *
- * Usage: server_demo [--seconds N] [--conns N] [--idle-ms N]
+ * Options: `server_demo --help` lists each with its default.
  */
 #include <chime/chime.h>
 #include <chime/event.h>
@@ -46,6 +53,7 @@
 #include <event2/listener.h>
 
 #include <arpa/inet.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -61,6 +69,8 @@
 #define SEND_MIN (100 * CHIME_MSEC) /* active clients: pause between echoes */
 #define SEND_SPREAD (200 * CHIME_MSEC)
 #define MAINT_PERIOD (250 * CHIME_MSEC)
+#define MAX_VICTIMS 65536 /* most evictions per maintenance pass */
+#define PREFILL_SPREAD (60 * CHIME_SEC)   /* expiries of the initial records */
 #define SESSION_LINGER (500 * CHIME_MSEC) /* kept after the idle timeout */
 #define RAMP_TICK (5 * CHIME_MSEC)        /* clients connect over ~0.5 s */
 
@@ -86,16 +96,13 @@ xrealloc(void *p, size_t n)
 /* ======================================================================== */
 /* Server: loop thread only, except where a field says otherwise             */
 
-struct session {
-    uint64_t id;
-    int64_t last_seen;
-    struct conn *conn; /* NULL once the connection is closed */
-};
-
-struct snap_entry {
-    uint32_t index;
-    uint64_t id;
-    int64_t expiry;
+/* A session record. The loop writes both fields (relaxed stores; id with
+ * release, after last_seen, when a slot is filled); the worker's scan
+ * reads them in place, with no copy and no lock. A pair read while the
+ * loop rewrites it may be stale: the loop re-checks every victim. */
+struct slot {
+    _Atomic uint64_t id; /* 0: a free slot */
+    _Atomic int64_t last_seen;
 };
 
 struct victim {
@@ -110,7 +117,7 @@ struct conn {
     struct bufferevent *bev;
     chime_task *idle; /* our handle on the idle timer (a loop task) */
     int64_t last_active;
-    uint32_t sess; /* index in srv->sess */
+    uint32_t sess; /* its record's slot */
     struct conn *prev, *next;
 };
 
@@ -119,108 +126,137 @@ struct server {
     struct evconnlistener *listener;
     chime_loop *loop; /* any thread may post to it */
     int64_t idle_ns, t0;
+    bool scan_on_loop; /* --scan-on loop */
     struct conn *conns;
     uint64_t open, served, peer_closed, idle_fired, echoes, early, failures;
     uint64_t last_echoes; /* for the per-second line */
     int64_t *lateness;    /* one sample per idle timeout */
     size_t nlat, caplat;
-    bool stopped_by_deadline;
+    bool stopped_by_deadline, quiet;
+    int stop_tries;
 
-    /* The session table: one record per connection, kept SESSION_LINGER
-     * past the idle timeout after its connection went quiet. */
-    struct session *sess;
-    uint32_t nsess, capsess;
+    /* The session table: a fixed array of records, one per connection,
+     * kept SESSION_LINGER past the idle timeout after its connection went
+     * quiet, plus the records of earlier sessions that the run starts with
+     * (--table). slot_conn and the free list are the loop's own. */
+    struct slot *slots;
+    struct conn **slot_conn; /* the open connection of a record, or NULL */
+    uint32_t *free_slots;
+    uint32_t nslots, nfree;
     uint64_t next_id;
 
-    /* Maintenance hand-off (see cache_evict.c). owner says who may touch
-     * snap[] and victims[] now; the loop sizes both while it owns them. */
+    /* Maintenance hand-off, scan on a worker: owner says who may touch
+     * victims[] now (the worker fills it, the loop empties it). */
     atomic_int owner;
-    struct snap_entry *snap;
-    uint32_t nsnap, capsnap;
-    struct victim *victims; /* capsnap entries */
+    struct victim *victims; /* MAX_VICTIMS entries */
     uint32_t nvictims;
     pthread_mutex_t scan_mu;
     bool scan_stopped; /* guarded by scan_mu: no scan posts once set */
+    int64_t scan_ns;   /* written by the worker, read after the post */
+    /* The loop's own counters. */
     uint64_t passes, scanned, evicted, kept;
-    int64_t scan_ns_total; /* written by the worker, read after the post */
-    int64_t scan_ns;
+    int64_t scan_ns_total; /* scanning, wherever it ran */
+    int64_t loop_maint_ns_total,
+        loop_maint_ns_max; /* maintenance on the loop */
+    int64_t maint_max_1s;  /* the same, for the per-second line */
 };
 
 static int64_t
-session_expiry(const struct server *srv, const struct session *s)
+slot_expiry(const struct server *srv, int64_t last_seen)
 {
-    return s->last_seen + srv->idle_ns + SESSION_LINGER;
+    return last_seen + srv->idle_ns + SESSION_LINGER;
 }
 
 static uint32_t
+sessions_in_use(const struct server *srv)
+{
+    return srv->nslots - srv->nfree;
+}
+
+/* Loop thread: a record for a new connection, or UINT32_MAX if full. */
+static uint32_t
 session_add(struct server *srv, struct conn *c, int64_t now)
 {
-    if (srv->nsess == srv->capsess) {
-        srv->capsess = srv->capsess ? 2 * srv->capsess : 1024;
-        srv->sess = xrealloc(srv->sess, srv->capsess * sizeof(*srv->sess));
-    }
-    srv->sess[srv->nsess] =
-        (struct session){.id = srv->next_id++, .last_seen = now, .conn = c};
-    return srv->nsess++;
+    if (srv->nfree == 0)
+        return UINT32_MAX;
+    uint32_t i = srv->free_slots[--srv->nfree];
+    srv->slot_conn[i] = c;
+    atomic_store_explicit(&srv->slots[i].last_seen, now, memory_order_relaxed);
+    atomic_store_explicit(&srv->slots[i].id, ++srv->next_id,
+                          memory_order_release);
+    return i;
 }
 
-/* Swap-remove; the moved record's connection learns its new index. */
-static void
-session_remove(struct server *srv, uint32_t i)
+/* Loop thread: evicts record i if it still is session id, its connection
+ * is closed and it has expired (any of them may have changed since a
+ * worker saw it). */
+static bool
+session_evict(struct server *srv, uint32_t i, uint64_t id, int64_t now)
 {
-    srv->sess[i] = srv->sess[--srv->nsess];
-    if (i < srv->nsess && srv->sess[i].conn)
-        srv->sess[i].conn->sess = i;
+    struct slot *s = &srv->slots[i];
+    if (atomic_load_explicit(&s->id, memory_order_relaxed) != id ||
+        srv->slot_conn[i] ||
+        slot_expiry(srv, atomic_load_explicit(&s->last_seen,
+                                              memory_order_relaxed)) > now)
+        return false;
+    atomic_store_explicit(&s->id, 0, memory_order_relaxed);
+    srv->free_slots[srv->nfree++] = i;
+    return true;
 }
 
-/* Loop thread: copy (index, id, expiry) of every record for the worker. */
-static void
-publish_snapshot(struct server *srv)
+/* Scans every record; expired ones go to out[] (at most max). Runs on the
+ * worker (--scan-on worker) or the loop thread (--scan-on loop). */
+static uint32_t
+scan_table(struct server *srv, int64_t now, struct victim *out, uint32_t max)
 {
-    if (srv->capsnap < srv->nsess) {
-        srv->capsnap = srv->nsess + srv->nsess / 2;
-        srv->snap = xrealloc(srv->snap, srv->capsnap * sizeof(*srv->snap));
-        srv->victims =
-            xrealloc(srv->victims, srv->capsnap * sizeof(*srv->victims));
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < srv->nslots && n < max; i++) {
+        uint64_t id =
+            atomic_load_explicit(&srv->slots[i].id, memory_order_acquire);
+        if (id != 0 &&
+            slot_expiry(srv, atomic_load_explicit(&srv->slots[i].last_seen,
+                                                  memory_order_relaxed)) <= now)
+            out[n++] = (struct victim){i, id};
     }
-    for (uint32_t i = 0; i < srv->nsess; i++)
-        srv->snap[i] = (struct snap_entry){i, srv->sess[i].id,
-                                           session_expiry(srv, &srv->sess[i])};
-    srv->nsnap = srv->nsess;
-    atomic_store_explicit(&srv->owner, OWNER_WORKER, memory_order_release);
+    return n;
 }
 
-/* Runs on: the loop thread, posted by the scan. Victims come in ascending
- * index order; evicting from the highest index down keeps the indices of
- * the ones still to do valid across swap-removes. */
+static void
+note_loop_maintenance(struct server *srv, int64_t start)
+{
+    int64_t d = chime_now_ns() - start;
+    srv->loop_maint_ns_total += d;
+    if (d > srv->loop_maint_ns_max)
+        srv->loop_maint_ns_max = d;
+    if (d > srv->maint_max_1s)
+        srv->maint_max_1s = d;
+    srv->passes++;
+}
+
+/* Runs on: the loop thread, posted by the scan (--scan-on worker). Only
+ * the victims are touched here: the loop's share of the maintenance. */
 static int
 evict_sessions(chime_task *self, void *arg, void **result)
 {
     struct server *srv = arg;
     (void)self;
     (void)result;
-    int64_t now = chime_now_ns();
-    for (uint32_t k = srv->nvictims; k-- > 0;) {
-        struct victim v = srv->victims[k];
-        /* Never a record whose connection is open (conn->sess points at
-         * it), even if its timeout were very late. */
-        if (v.index < srv->nsess && srv->sess[v.index].id == v.id &&
-            !srv->sess[v.index].conn &&
-            session_expiry(srv, &srv->sess[v.index]) <= now) {
-            session_remove(srv, v.index);
+    int64_t start = chime_now_ns();
+    for (uint32_t k = 0; k < srv->nvictims; k++) {
+        if (session_evict(srv, srv->victims[k].index, srv->victims[k].id,
+                          start))
             srv->evicted++;
-        } else {
-            srv->kept++; /* seen again since the snapshot, or open */
-        }
+        else
+            srv->kept++; /* seen again since the scan, or open */
     }
-    srv->passes++;
-    srv->scanned += srv->nsnap;
+    srv->scanned += srv->nslots;
     srv->scan_ns_total += srv->scan_ns;
-    publish_snapshot(srv);
+    atomic_store_explicit(&srv->owner, OWNER_WORKER, memory_order_release);
+    note_loop_maintenance(srv, start);
     return 0;
 }
 
-/* Runs on: a worker thread, every MAINT_PERIOD. */
+/* Runs on: a worker thread, every MAINT_PERIOD (--scan-on worker). */
 static int
 scan_sessions(chime_task *self, void *arg, void **result)
 {
@@ -232,12 +268,7 @@ scan_sessions(chime_task *self, void *arg, void **result)
         atomic_load_explicit(&srv->owner, memory_order_acquire) ==
             OWNER_WORKER) {
         int64_t t = chime_now_ns();
-        uint32_t nv = 0;
-        for (uint32_t i = 0; i < srv->nsnap; i++)
-            if (srv->snap[i].expiry <= t)
-                srv->victims[nv++] =
-                    (struct victim){srv->snap[i].index, srv->snap[i].id};
-        srv->nvictims = nv;
+        srv->nvictims = scan_table(srv, t, srv->victims, MAX_VICTIMS);
         srv->scan_ns = chime_now_ns() - t;
         atomic_store_explicit(&srv->owner, OWNER_LOOP, memory_order_release);
         int rc = chime_loop_post(srv->loop, evict_sessions, srv, NULL);
@@ -248,11 +279,34 @@ scan_sessions(chime_task *self, void *arg, void **result)
     return 0;
 }
 
+/* Runs on: the loop thread, every MAINT_PERIOD (--scan-on loop): the same
+ * scan and eviction, inline, as a server without a worker would do it. */
+static int
+scan_inline(chime_task *self, void *arg, void **result)
+{
+    struct server *srv = arg;
+    (void)self;
+    (void)result;
+    int64_t start = chime_now_ns();
+    uint32_t n = scan_table(srv, start, srv->victims, MAX_VICTIMS);
+    srv->scan_ns_total += chime_now_ns() - start;
+    srv->scanned += srv->nslots;
+    for (uint32_t k = 0; k < n; k++) {
+        if (session_evict(srv, srv->victims[k].index, srv->victims[k].id,
+                          start))
+            srv->evicted++;
+        else
+            srv->kept++;
+    }
+    note_loop_maintenance(srv, start);
+    return 0;
+}
+
 static void
 conn_free(struct conn *c)
 {
     struct server *srv = c->srv;
-    srv->sess[c->sess].conn = NULL; /* the record lingers */
+    srv->slot_conn[c->sess] = NULL; /* the record lingers */
     bufferevent_free(c->bev);
     if (c->prev)
         c->prev->next = c->next;
@@ -293,7 +347,8 @@ on_read(struct bufferevent *bev, void *arg)
     struct conn *c = arg;
     struct server *srv = c->srv;
     c->last_active = chime_now_ns();
-    srv->sess[c->sess].last_seen = c->last_active;
+    atomic_store_explicit(&srv->slots[c->sess].last_seen, c->last_active,
+                          memory_order_relaxed);
     /* One store: the timer, when its deadline comes, sees this activity
      * and waits the rest of a full idle period again (even if it is
      * already due and waiting in the ready queue). */
@@ -334,14 +389,17 @@ on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
     }
     c->srv = srv;
     c->last_active = chime_now_ns();
-    int rc = chime_loop_schedule(srv->loop, on_idle, c, srv->idle_ns, &c->idle);
-    if (rc != 0) {
+    c->sess = session_add(srv, c, c->last_active);
+    if (c->sess == UINT32_MAX ||
+        chime_loop_schedule(srv->loop, on_idle, c, srv->idle_ns, &c->idle) !=
+            0) {
+        if (c->sess != UINT32_MAX)
+            srv->slot_conn[c->sess] = NULL; /* lingers, then evicted */
         bufferevent_free(c->bev);
         free(c);
         srv->failures++;
         return;
     }
-    c->sess = session_add(srv, c, c->last_active);
     bufferevent_setcb(c->bev, on_read, NULL, on_event, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     c->next = srv->conns;
@@ -359,23 +417,34 @@ print_stats(chime_task *self, void *arg, void **result)
     struct server *srv = arg;
     (void)self;
     (void)result;
-    printf("[%4.1f s] open %5" PRIu64 "  served %6" PRIu64
-           "  idle timeouts %5" PRIu64 "  echoes/s %6" PRIu64
-           "  sessions %5u  evicted %5" PRIu64 "\n",
-           (double)(chime_now_ns() - srv->t0) / (double)CHIME_SEC, srv->open,
-           srv->served, srv->idle_fired, srv->echoes - srv->last_echoes,
-           srv->nsess, srv->evicted);
-    fflush(stdout);
+    if (!srv->quiet) {
+        printf("[%4.1f s] open %4" PRIu64 " served %5" PRIu64
+               " timeouts %4" PRIu64 " echoes/s %5" PRIu64
+               " sessions %7u evicted %6" PRIu64 " maint %5.2f ms\n",
+               (double)(chime_now_ns() - srv->t0) / (double)CHIME_SEC,
+               srv->open, srv->served, srv->idle_fired,
+               srv->echoes - srv->last_echoes, sessions_in_use(srv),
+               srv->evicted, (double)srv->maint_max_1s / (double)CHIME_MSEC);
+        fflush(stdout);
+    }
     srv->last_echoes = srv->echoes;
+    srv->maint_max_1s = 0;
     return 0;
 }
 
 static int
 stop_server(chime_task *self, void *arg, void **result)
 {
+    struct server *srv = arg;
     (void)self;
     (void)result;
-    event_base_loopbreak(((struct server *)arg)->base);
+    /* Posted by the client when it is done: its last hang-ups may still be
+     * on their way, so give the loop up to a second to read them. */
+    if (srv->open > 0 && srv->stop_tries++ < 100 &&
+        chime_loop_schedule(srv->loop, stop_server, srv, 10 * CHIME_MSEC,
+                            NULL) == 0)
+        return 0;
+    event_base_loopbreak(srv->base);
     return 0;
 }
 
@@ -383,6 +452,7 @@ static int
 stop_on_deadline(chime_task *self, void *arg, void **result)
 {
     ((struct server *)arg)->stopped_by_deadline = true;
+    ((struct server *)arg)->stop_tries = 100; /* no grace period */
     return stop_server(self, arg, result);
 }
 
@@ -417,6 +487,8 @@ struct load {
     /* Results: main reads them after pthread_join(). */
     uint64_t idle_conns, active_conns, idle_eofs, active_closed, early_eofs;
     uint64_t errors, echoes;
+    int64_t *rtt; /* echo round trips, one sample each */
+    size_t nrtt, caprtt;
     int idle_unclosed;
     bool by_deadline;
 };
@@ -482,6 +554,11 @@ c_read(struct bufferevent *bev, void *arg)
     if (cl->expect > 0)
         return;
     ld->echoes++;
+    if (ld->nrtt == ld->caprtt) {
+        ld->caprtt = ld->caprtt ? 2 * ld->caprtt : 4096;
+        ld->rtt = xrealloc(ld->rtt, ld->caprtt * sizeof(*ld->rtt));
+    }
+    ld->rtt[ld->nrtt++] = chime_now_ns() - cl->last_send;
     if (!cl->idle_kind && !ld->stopping) {
         ld->rng = ld->rng * 6364136223846793005u + 1442695040888963407u;
         int64_t pause =
@@ -647,10 +724,6 @@ static long
 parse_num(const char *opt, const char *val, long min, long max)
 {
     char *end;
-    if (!val) {
-        fprintf(stderr, "server_demo: %s needs a value\n", opt);
-        exit(2);
-    }
     long v = strtol(val, &end, 10);
     if (*val == '\0' || *end != '\0' || v < min || v > max) {
         fprintf(stderr, "server_demo: %s: expected %ld..%ld, got '%s'\n", opt,
@@ -701,29 +774,126 @@ pct_us(const int64_t *v, size_t n, int p)
     return (double)v[(n - 1) * (size_t)p / 100] / (double)CHIME_USEC;
 }
 
+/* Fills the table: a free slot for every record the run can need
+ * (connections and their lingering records, reconnections), the rest
+ * with records of earlier sessions, closed, whose expiries are spread over
+ * the next PREFILL_SPREAD, so that maintenance finds a steady trickle of
+ * them to evict (a session cache of a long-running server). */
+static void
+table_init(struct server *srv, long table, long conns)
+{
+    srv->nslots = (uint32_t)table;
+    srv->slots = calloc((size_t)table, sizeof(*srv->slots));
+    srv->slot_conn = calloc((size_t)table, sizeof(*srv->slot_conn));
+    srv->free_slots = malloc((size_t)table * sizeof(*srv->free_slots));
+    srv->victims = malloc(MAX_VICTIMS * sizeof(*srv->victims));
+    if (!srv->slots || !srv->slot_conn || !srv->free_slots || !srv->victims)
+        die("session table", -ENOMEM);
+    long spare = 4 * conns + 1024;
+    long old = table > spare ? table - spare : 0;
+    uint64_t rng = 7;
+    for (long i = 0; i < old; i++) {
+        rng = rng * 6364136223846793005u + 1442695040888963407u;
+        int64_t expiry =
+            srv->t0 + (int64_t)((rng >> 11) % (uint64_t)PREFILL_SPREAD);
+        atomic_init(&srv->slots[i].last_seen,
+                    expiry - srv->idle_ns - SESSION_LINGER);
+        atomic_init(&srv->slots[i].id, ++srv->next_id);
+    }
+    for (long i = table; i-- > old;)
+        srv->free_slots[srv->nfree++] = (uint32_t)i;
+}
+
+static const char usage[] =
+    "usage: server_demo [options]\n"
+    "An echo server on 127.0.0.1 whose idle timeouts are chime loop tasks,\n"
+    "loaded by a client thread, with a session table that maintenance scans\n"
+    "every 250 ms. Exits 0 when every idle connection was closed by its\n"
+    "timer, no active one was, and none early.\n"
+    "  --seconds N    length of the load, in seconds (default 5)\n"
+    "  --conns N      client connections; 30% go quiet after one echo and\n"
+    "                 reconnect when closed, the rest echo every 100-300 ms\n"
+    "                 (default 2000)\n"
+    "  --idle-ms N    idle timeout of a connection, in ms (default 1000)\n"
+    "  --table N      session records the maintenance scans each pass: the\n"
+    "                 connections' own plus earlier sessions' (default\n"
+    "                 2000000, about 16 bytes each)\n"
+    "  --scan-on W    where the maintenance scan runs: `worker` (a chime\n"
+    "                 pool task that posts the expired records to the loop)\n"
+    "                 or `loop` (a loop task that scans inline, as a server\n"
+    "                 without a worker pool would) (default worker)\n"
+    "  --quiet        no line per second, only the summary (default: off)\n"
+    "  --help         print this and exit\n";
+
 int
 main(int argc, char **argv)
 {
-    long seconds = 5, conns = 2000, idle_ms = 1000;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--seconds") == 0)
-            seconds = parse_num(argv[i], argv[i + 1], 1, 3600), i++;
-        else if (strcmp(argv[i], "--conns") == 0)
-            conns = parse_num(argv[i], argv[i + 1], 1, 100000), i++;
-        else if (strcmp(argv[i], "--idle-ms") == 0)
-            idle_ms = parse_num(argv[i], argv[i + 1], 10, 60000), i++;
-        else {
-            fprintf(stderr, "usage: server_demo [--seconds N] [--conns N] "
-                            "[--idle-ms N]\n");
+    static const struct option longopts[] = {
+        {"seconds", required_argument, NULL, 's'},
+        {"conns", required_argument, NULL, 'c'},
+        {"idle-ms", required_argument, NULL, 'i'},
+        {"table", required_argument, NULL, 't'},
+        {"scan-on", required_argument, NULL, 'w'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    long seconds = 5, conns = 2000, idle_ms = 1000, table = 2000000;
+    bool scan_on_loop = false, quiet = false;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 's':
+            seconds = parse_num("--seconds", optarg, 1, 3600);
+            break;
+        case 'c':
+            conns = parse_num("--conns", optarg, 1, 100000);
+            break;
+        case 'i':
+            idle_ms = parse_num("--idle-ms", optarg, 10, 60000);
+            break;
+        case 't':
+            table = parse_num("--table", optarg, 1, 100000000);
+            break;
+        case 'w':
+            if (strcmp(optarg, "loop") == 0) {
+                scan_on_loop = true;
+            } else if (strcmp(optarg, "worker") != 0) {
+                fprintf(stderr,
+                        "server_demo: --scan-on: expected worker or "
+                        "loop, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'q':
+            quiet = true;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            fputs(usage, stderr);
             return 2;
         }
     }
+    if (optind < argc) {
+        fputs(usage, stderr);
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
     conns = fit_fd_limit(conns);
+    if (table < 4 * conns + 1024)
+        table = 4 * conns + 1024; /* room for every connection's record */
 
     static struct server srv;
     srv.idle_ns = idle_ms * CHIME_MSEC;
+    srv.scan_on_loop = scan_on_loop;
+    srv.quiet = quiet;
+    srv.t0 = chime_now_ns();
     pthread_mutex_init(&srv.scan_mu, NULL);
+    atomic_init(&srv.owner, OWNER_WORKER);
+    table_init(&srv, table, conns);
 
     chime_pool_options opts;
     chime_pool_options_init(&opts);
@@ -755,13 +925,13 @@ main(int argc, char **argv)
     printf("chime %s server demo: echo server on 127.0.0.1:%u, idle timeout "
            "%ld ms\n  load: %ld connections for %ld s (%d%% go idle and "
            "reconnect, the rest echo every 100-300 ms)\n  maintenance: "
-           "session table scanned by a worker every %lld ms\n\n",
+           "%u session records scanned every %lld ms %s\n\n",
            chime_version(), ntohs(sin.sin_port), idle_ms, conns, seconds,
-           IDLE_SHARE, (long long)(MAINT_PERIOD / CHIME_MSEC));
+           IDLE_SHARE, srv.nslots, (long long)(MAINT_PERIOD / CHIME_MSEC),
+           scan_on_loop ? "on the loop thread (inline)"
+                        : "by a worker (expired ones posted to the loop)");
     fflush(stdout);
 
-    srv.t0 = chime_now_ns();
-    publish_snapshot(&srv); /* main is the loop thread: it may */
     chime_task *t_stats, *t_deadline, *t_scan;
     if ((rc = chime_loop_schedule_at_fixed_rate(
              srv.loop, print_stats, &srv, CHIME_SEC, CHIME_SEC, &t_stats)) != 0)
@@ -771,9 +941,13 @@ main(int argc, char **argv)
     if ((rc = chime_loop_schedule(srv.loop, stop_on_deadline, &srv, deadline,
                                   &t_deadline)) != 0)
         die("schedule deadline", rc);
-    if ((rc = chime_pool_schedule_at_fixed_rate(pool, scan_sessions, &srv,
-                                                MAINT_PERIOD, MAINT_PERIOD,
-                                                &t_scan)) != 0)
+    if (scan_on_loop)
+        rc = chime_loop_schedule_at_fixed_rate(
+            srv.loop, scan_inline, &srv, MAINT_PERIOD, MAINT_PERIOD, &t_scan);
+    else
+        rc = chime_pool_schedule_at_fixed_rate(
+            pool, scan_sessions, &srv, MAINT_PERIOD, MAINT_PERIOD, &t_scan);
+    if (rc != 0)
         die("schedule scan", rc);
 
     static struct load ld;
@@ -820,14 +994,19 @@ main(int argc, char **argv)
     int64_t elapsed = chime_now_ns() - srv.t0;
 
     qsort(srv.lateness, srv.nlat, sizeof(*srv.lateness), cmp_i64);
+    qsort(ld.rtt, ld.nrtt, sizeof(*ld.rtt), cmp_i64);
     double scanned = srv.scanned ? (double)srv.scanned : 1.0;
-    printf("\nsummary\n");
+    double passes = srv.passes ? (double)srv.passes : 1.0;
+    printf("\nsummary (maintenance scan on the %s)\n",
+           scan_on_loop ? "loop thread" : "workers");
     printf("  connections served      %" PRIu64 " (client side: %" PRIu64
            " active, %" PRIu64 " idle)\n",
            srv.served, ld.active_conns, ld.idle_conns);
     printf("  echo round trips        %" PRIu64
-           " (each one touched its connection's idle timer)\n",
-           srv.echoes);
+           " (each one touched its connection's idle timer); "
+           "p50 %.0f us, p99 %.0f us, max %.0f us\n",
+           srv.echoes, pct_us(ld.rtt, ld.nrtt, 50), pct_us(ld.rtt, ld.nrtt, 99),
+           pct_us(ld.rtt, ld.nrtt, 100));
     printf("  idle timeouts fired     %" PRIu64 "; lateness p50 %.0f us, "
            "p99 %.0f us, max %.0f us\n",
            srv.idle_fired, pct_us(srv.lateness, srv.nlat, 50),
@@ -837,10 +1016,14 @@ main(int argc, char **argv)
            "end)%s\n",
            srv.peer_closed, left_open ? ", some still open at exit" : "");
     printf("  maintenance passes      %" PRIu64 ", %" PRIu64
-           " session records scanned (%.1f ns each on a worker), %" PRIu64
+           " session records scanned (%.1f ns each, on the %s), %" PRIu64
            " evicted, %" PRIu64 " kept on re-check\n",
            srv.passes, srv.scanned, (double)srv.scan_ns_total / scanned,
-           srv.evicted, srv.kept);
+           scan_on_loop ? "loop" : "worker", srv.evicted, srv.kept);
+    printf("  maintenance on the loop %.2f ms per pass, max %.2f ms (%s)\n",
+           (double)srv.loop_maint_ns_total / passes / (double)CHIME_MSEC,
+           (double)srv.loop_maint_ns_max / (double)CHIME_MSEC,
+           scan_on_loop ? "the scan and the evictions" : "the evictions only");
     printf("  loop callbacks run      %" PRIu64 " in %" PRIu64
            " dispatch calls (chime_loop_get_stats)\n",
            ls.dispatched, ls.dispatch_calls);
@@ -849,6 +1032,17 @@ main(int argc, char **argv)
            ls.dispatched ? (double)ls.wakeups / (double)ls.dispatched : 0.0);
     printf("  elapsed                 %.2f s\n",
            (double)elapsed / (double)CHIME_SEC);
+    /* One line for scripts/demo.sh's side-by-side table. */
+    printf("result: scan_on=%s loop_maint_mean_ms=%.2f loop_maint_max_ms=%.2f "
+           "idle_late_p50_us=%.0f idle_late_p99_us=%.0f idle_late_max_us=%.0f "
+           "rtt_p50_us=%.0f rtt_p99_us=%.0f rtt_max_us=%.0f\n",
+           scan_on_loop ? "loop" : "worker",
+           (double)srv.loop_maint_ns_total / passes / (double)CHIME_MSEC,
+           (double)srv.loop_maint_ns_max / (double)CHIME_MSEC,
+           pct_us(srv.lateness, srv.nlat, 50),
+           pct_us(srv.lateness, srv.nlat, 99),
+           pct_us(srv.lateness, srv.nlat, 100), pct_us(ld.rtt, ld.nrtt, 50),
+           pct_us(ld.rtt, ld.nrtt, 99), pct_us(ld.rtt, ld.nrtt, 100));
 
     int bad = 0;
 #define CHECK(ok, ...)                                                         \
@@ -886,8 +1080,10 @@ main(int argc, char **argv)
            bad ? "FAILED" : "OK");
 
     free(srv.lateness);
-    free(srv.sess);
-    free(srv.snap);
+    free(ld.rtt);
+    free(srv.slots);
+    free(srv.slot_conn);
+    free(srv.free_slots);
     free(srv.victims);
     pthread_mutex_destroy(&srv.scan_mu);
     return bad;

@@ -4,8 +4,15 @@
 # are missing. Idempotent and quick when everything is present.
 #
 # Usage: scripts/deps.sh [extra-package...]
+#        scripts/deps.sh --only package...   (just these; scripts/demo.sh)
 set -euo pipefail
 
+# ---- issue 12: --only, for scripts/demo.sh (no Criterion, no spin) --------
+if [ "${1:-}" = --only ]; then
+    shift
+    packages=("$@")
+else
+# ---- end issue 12 -----------------------------------------------------------
 packages=(
     gcc             # compiler; on Debian 12 pulls in libasan8, libtsan2, libubsan1
     libc6-dev
@@ -20,6 +27,7 @@ packages=(
     groff-base      # renders the man pages in the docs test
     "$@"
 )
+fi # issue 12: --only
 
 missing=()
 for p in "${packages[@]}"; do
