@@ -16,6 +16,9 @@
  * @code
  * #include <chime/chime.h>      // cc ... $(pkg-config --cflags --libs chime)
  * #include <chime/event.h>      // the libevent binding: chime-event
+ * #include <chime/uv.h>         // the libuv binding: chime-uv
+ * #include <chime/ev.h>         // the libev binding: chime-ev
+ * #include <chime/glib.h>       // the GLib binding: chime-glib
  * @endcode
  *
  * A chime_pool runs tasks at a time (one-shot or periodic) on worker
@@ -26,7 +29,8 @@
  * chime-pool(3) (pool lifecycle, settings and statistics), chime-submit(3)
  * (scheduling work on workers), chime-task(3) (task handles: cancel,
  * re-arm, touch, wait), chime-loop(3) (loop bindings), chime-event(3) (the
- * libevent binding). Every function has a page of its own name too
+ * libevent binding), chime-uv(3), chime-ev(3) and chime-glib(3) (the libuv,
+ * libev and GLib bindings). Every function has a page of its own name too
  * (for example chime_loop_schedule(3)).
  *
  * @section chime_conventions Conventions
