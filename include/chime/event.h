@@ -6,6 +6,21 @@
  * evthread_use_pthreads() and no BEV_OPT_THREADSAFE are needed, because
  * every callback of the binding runs inside the base's own loop.
  *
+ * Which libevent: the application's. libchime_event links no libevent of
+ * its own (no DT_NEEDED entry, and chime-event.pc names none): its four
+ * libevent calls (event_new, event_add, event_del, event_free) bind to
+ * the libevent the application links, -levent or -levent_core, so the
+ * process loads one libevent and one copy of its global state
+ * (evthread_use_pthreads(), event_set_mem_functions()...). Link one:
+ *   cc app.c $(pkg-config --cflags --libs chime-event libevent_core)
+ *   cc app.c $(pkg-config --cflags --libs chime-event libevent)
+ *   target_link_libraries(app PRIVATE chime::event <your libevent target>)
+ * Without one the link fails with undefined references to event_new and
+ * the like in libchime_event. Do not link libchime_event itself with
+ * -Wl,--no-undefined or -Wl,-z,defs (its libevent symbols are undefined
+ * by design). This header needs no libevent header (it declares
+ * struct event_base).
+ *
  * Order of teardown (each step on the loop thread):
  *   1. chime_event_detach()  - unregisters the event, closes the binding
  *      (its pending tasks complete as cancelled);
