@@ -16,7 +16,10 @@
  *   cc app.c $(pkg-config --cflags --libs chime-event libevent)
  *   target_link_libraries(app PRIVATE chime::event <your libevent target>)
  * Without one the link fails with undefined references to event_new and
- * the like in libchime_event. Do not link libchime_event itself with
+ * the like in libchime_event. (libevent 2.1's libevent_pthreads itself
+ * needs libevent_core: an application linking -levent -levent_pthreads
+ * loads both whatever chime does; -levent_core -levent_extra
+ * -levent_pthreads loads one copy.) Do not link libchime_event itself with
  * -Wl,--no-undefined or -Wl,-z,defs (its libevent symbols are undefined
  * by design). This header needs no libevent header (it declares
  * struct event_base).
