@@ -5,8 +5,9 @@
 # Set by install(CODE) before this script: CHIME_PC_FILE, CHIME_PC_DEST and
 # CHIME_PC_NAME (the installed file name; default chime.pc).
 file(READ "${CHIME_PC_FILE}" pc)
-string(REGEX REPLACE "^prefix=[^\n]*" "prefix=${CMAKE_INSTALL_PREFIX}" pc
-       "${pc}")
+# The prefix= line follows the SPDX comment line: match it at a line start.
+string(REGEX REPLACE "(^|\n)prefix=[^\n]*" "\\1prefix=${CMAKE_INSTALL_PREFIX}"
+       pc "${pc}")
 set(staged "${CHIME_PC_FILE}.install")
 file(WRITE "${staged}" "${pc}")
 if(IS_ABSOLUTE "${CHIME_PC_DEST}")

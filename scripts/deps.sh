@@ -15,6 +15,7 @@ else
 # ---- end issue 12 -----------------------------------------------------------
 packages=(
     gcc             # compiler; on Debian 12 pulls in libasan8, libtsan2, libubsan1
+    g++             # tests/install builds a C++ consumer of chime's headers
     libc6-dev
     make            # CMake's default generator
     cmake

@@ -17,6 +17,9 @@
  *   before (and the dispatcher sees its task) or pushes after (and finds
  *   `signalled` false, so it writes). One write per quiet->signalled
  *   transition, one read per drain, however many tasks in between.
+ * - The fd written is an eventfd, or with CHIME_READY_PIPE (CMake option)
+ *   a pipe: efd_open(), efd_write() and efd_drain() are all that differ.
+ *   A drain empties the pipe, as a read empties the eventfd's counter.
  * - The ring holds task pointers at absolute positions head..tail (uint32,
  *   wrapping); slot = position & (cap - 1). A ready task stores its position
  *   in heap_index (it is not in the heap meanwhile), so removing it is O(1):
@@ -39,7 +42,11 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#ifdef CHIME_READY_PIPE
+#include <fcntl.h>
+#else
 #include <sys/eventfd.h>
+#endif
 #include <sched.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -70,20 +77,83 @@ close_fds(struct chime_loop *l)
         close(l->pfd);
     if (l->tfd >= 0)
         close(l->tfd);
+    if (l->wfd >= 0 && l->wfd != l->efd)
+        close(l->wfd);
     if (l->efd >= 0)
         close(l->efd);
-    l->pfd = l->tfd = l->efd = -1;
+    l->pfd = l->tfd = l->efd = l->wfd = -1;
+}
+
+/* Creates the readiness fd: efd (read end) and wfd (write end). Returns 0,
+ * or -1 with errno set (close_fds() closes what was opened). */
+static int
+efd_open(struct chime_loop *l)
+{
+#ifdef CHIME_READY_PIPE
+    /* pipe() and fcntl(), not pipe2(): this fd needs nothing Linux-only. */
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    l->efd = fds[0];
+    l->wfd = fds[1];
+    for (int i = 0; i < 2; i++) {
+        int fl = fcntl(fds[i], F_GETFL);
+        if (fl < 0 || fcntl(fds[i], F_SETFL, fl | O_NONBLOCK) != 0 ||
+            fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0)
+            return -1;
+    }
+    return 0;
+#else
+    l->efd = l->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    return l->efd < 0 ? -1 : 0;
+#endif
 }
 
 static void
 efd_write(struct chime_loop *l)
 {
+#ifdef CHIME_READY_PIPE
+    char one = 1;
+#else
     uint64_t one = 1;
+#endif
     ssize_t n;
     do
-        n = write(l->efd, &one, sizeof(one));
+        n = write(l->wfd, &one, sizeof(one));
     while (n < 0 && errno == EINTR);
-    /* EAGAIN would mean the counter is at its maximum: readable anyway. */
+    /* EAGAIN would mean the counter is at its maximum (the pipe is full):
+     * readable anyway. */
+}
+
+/* Reads the fd empty. Returns false if there was nothing to read (EAGAIN:
+ * whoever took the token has not written yet). */
+static bool
+efd_drain(struct chime_loop *l)
+{
+#ifdef CHIME_READY_PIPE
+    /* At most a byte or two are pending (one write per quiet->signalled
+     * transition); read until a short read, as one eventfd read takes the
+     * whole counter. */
+    char buf[64];
+    bool got = false;
+    for (;;) {
+        ssize_t n = read(l->efd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return got;
+        got = true;
+        if ((size_t)n < sizeof(buf))
+            return true;
+    }
+#else
+    uint64_t v;
+    ssize_t n;
+    do
+        n = read(l->efd, &v, sizeof(v));
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof(v);
+#endif
 }
 
 /* Under mu: make the fd readable unless it is already (or is about to
@@ -165,15 +235,10 @@ chime__ready_quiesce_locked(struct chime_loop *l,
     CHIME_ASSERT_HELD(&l->mu);
     CHIME_ASSERT(!l->went_quiet);
     if (l->signalled) {
-        uint64_t v;
-        ssize_t n;
-        do
-            n = read(l->efd, &v, sizeof(v));
-        while (n < 0 && errno == EINTR);
         /* EAGAIN: a producer took the token but has not written yet; the
          * write will make the fd readable, and the dispatch it causes
          * reads it (`signalled` stays set). */
-        if (n == (ssize_t)sizeof(v)) {
+        if (efd_drain(l)) {
             l->signalled = false;
             l->st.drains++;
         }
@@ -198,7 +263,7 @@ chime__ready_quiesce_locked(struct chime_loop *l,
 int
 chime__ready_open(struct chime_loop *l)
 {
-    l->efd = l->tfd = l->pfd = -1;
+    l->efd = l->wfd = l->tfd = l->pfd = -1;
     l->armed = INT64_MAX;
     int rc = pthread_mutex_init(&l->mu, NULL);
     if (rc != 0)
@@ -209,7 +274,7 @@ chime__ready_open(struct chime_loop *l)
         return -rc;
     }
     struct epoll_event ev = {.events = EPOLLIN};
-    if ((l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
+    if (efd_open(l) != 0 ||
         (l->tfd = timerfd_create(CLOCK_MONOTONIC,
                                  TFD_NONBLOCK | TFD_CLOEXEC)) < 0 ||
         (l->pfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||

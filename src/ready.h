@@ -23,7 +23,10 @@ struct chime_ring_entry {
 struct chime_loop {
     pthread_mutex_t mu;
     struct chime_pool *pool;  /* immutable */
-    int efd;                  /* mu: the eventfd; -1 once closed */
+    int efd;                  /* mu: the eventfd (with CHIME_READY_PIPE:
+                                 a pipe's read end); -1 once closed */
+    int wfd;                  /* efd, or the pipe's write end; -1 once
+                                 closed */
     bool signalled;           /* mu: efd's counter may be non-zero (written,
                                  or about to be by whoever took `quiet`)
                                  and has not been read since */

@@ -25,6 +25,27 @@ extern "C" {
  * BEV_OPT_THREADSAFE are needed, because every callback of the binding runs
  * inside the base's own loop.
  *
+ * @par Which libevent: the application's
+ * libchime_event links no libevent of its own (no DT_NEEDED entry, and
+ * chime-event.pc names none): its four libevent calls (event_new,
+ * event_add, event_del, event_free) bind to the libevent the application
+ * links, -levent or -levent_core, so the process loads one libevent and
+ * one copy of its global state (evthread_use_pthreads(),
+ * event_set_mem_functions()...). Link one:
+ * @code
+ * cc app.c $(pkg-config --cflags --libs chime-event libevent_core)
+ * cc app.c $(pkg-config --cflags --libs chime-event libevent)
+ * target_link_libraries(app PRIVATE chime::event <your libevent target>)
+ * @endcode
+ * Without one the link fails with undefined references to event_new and
+ * the like in libchime_event. (libevent 2.1's libevent_pthreads itself
+ * needs libevent_core: an application linking -levent -levent_pthreads
+ * loads both whatever chime does; -levent_core -levent_extra
+ * -levent_pthreads loads one copy.) Do not link libchime_event itself with
+ * -Wl,--no-undefined or -Wl,-z,defs (its libevent symbols are undefined by
+ * design). This header needs no libevent header (it declares struct
+ * event_base).
+ *
  * @par Naming the loop thread
  * A server that attaches on its main thread and runs each base on a thread
  * of its own names that thread at attach time: set chime_loop_options.thread
