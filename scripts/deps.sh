@@ -14,6 +14,8 @@ packages=(
     pkg-config      # finds Criterion and libevent; the pkg-config install test
     libcriterion-dev
     libevent-dev
+    libuv1-dev      # the libuv adapter chime::uv (issue 12)
+    libev-dev       # the libev adapter chime::ev (issue 12)
     spin            # model checker for docs/model (scripts/spin.sh)
     "$@"
 )
