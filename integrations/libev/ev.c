@@ -84,8 +84,9 @@ on_ready(struct ev_loop *evloop, ev_io *w, int revents)
     }
     if (rc < 0) {
         stop(ce, rc);
-    } else if (chime_loop_fd(ce->loop) < 0) {
-        /* a callback closed the binding: its fd is gone */
+    } else if (rc > 0 && chime_loop_fd(ce->loop) < 0) {
+        /* a callback closed the binding: its fd is gone (only a run
+         * callback can have; the look takes the binding's lock) */
         stop(ce, -ESHUTDOWN);
     } else if (ce->paused) {
         ce->paused = false;

@@ -82,8 +82,9 @@ on_ready(uv_poll_t *handle, int status, int events)
         return; /* detached by a callback: cu lives until on_close */
     if (rc < 0) {
         stop(cu, rc);
-    } else if (chime_loop_fd(cu->loop) < 0) {
-        /* a callback closed the binding: its fd is gone */
+    } else if (rc > 0 && chime_loop_fd(cu->loop) < 0) {
+        /* a callback closed the binding: its fd is gone (only a run
+         * callback can have; the look takes the binding's lock) */
         stop(cu, -ESHUTDOWN);
     } else if (cu->paused) {
         cu->paused = false;
