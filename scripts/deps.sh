@@ -23,6 +23,8 @@ packages=(
     libcriterion-dev
     libevent-dev
     libglib2.0-dev  # the GLib binding chime::glib (integrations/glib)
+    libuv1-dev      # the libuv adapter chime::uv (issue 12)
+    libev-dev       # the libev adapter chime::ev (issue 12)
     spin            # model checker for docs/model (scripts/spin.sh)
     doxygen         # API reference and man pages (docs/api), the docs test
     groff-base      # renders the man pages in the docs test

@@ -1,0 +1,759 @@
+/* SPDX-License-Identifier: MIT */
+/* The libev adapter (chime/ev.h) with a real ev_loop (epoll backend) and a
+ * real clock: posts and loop tasks submitted from other threads run on the
+ * loop's thread, in order; a timer fires; cancel is exact; a bounded
+ * dispatch neither starves the loop's other watchers nor loses a wake-up; a
+ * callback may run the loop recursively; every answer of
+ * chime_loop_dispatch() that cannot make progress (-EPERM, -ESHUTDOWN,
+ * -ECHILD) stops the watcher, so ev_run() returns instead of spinning on a
+ * readable fd; and teardown (detach, ev_loop_destroy, chime_pool_destroy)
+ * leaves nothing behind (ev_run() answers whether a watcher is left; ASan
+ * checks the memory).
+ *
+ * Every rig has a watchdog: an unreferenced ev_timer (it does not keep
+ * ev_run alive) that breaks the loop after T_LONG_NS. A test where ev_run
+ * should return by itself fails on `watchdog_fired` rather than hangs. */
+#include <criterion/criterion.h>
+
+#include "../support.h"
+#include "chime/ev.h"
+
+#include <errno.h>
+#include <ev.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+TestSuite(ev, .timeout = T_TIMEOUT(30));
+
+#define MS CHIME_MSEC
+
+/* ---- the rig: a pool, an ev loop, the adapter, a watchdog -------------- */
+
+typedef struct rig {
+    chime_pool *pool;
+    struct ev_loop *evl;
+    chime_ev *ce;
+    chime_loop *loop;
+    ev_timer watchdog;
+    bool watchdog_fired; /* loop thread */
+    pthread_t thread;    /* when the loop runs on its own thread */
+    pthread_t loop_tid;  /* written before ev_run, by the loop thread */
+    atomic_int wrong_thread;
+    atomic_int errors;
+} rig;
+
+static void
+on_loop_thread(rig *r)
+{
+    if (!pthread_equal(pthread_self(), r->loop_tid))
+        atomic_fetch_add(&r->wrong_thread, 1);
+}
+
+static void
+watchdog_cb(struct ev_loop *evl, ev_timer *t, int revents)
+{
+    (void)revents;
+    rig *r = t->data;
+    r->watchdog_fired = true;
+    ev_ref(evl); /* it stopped itself: balance the ev_unref of rig_init */
+    ev_break(evl, EVBREAK_ALL);
+}
+
+static void
+rig_init(rig *r, unsigned threads, unsigned batch_limit)
+{
+    memset(r, 0, sizeof *r);
+    r->pool = pool_with(threads);
+    r->evl = ev_loop_new(EVBACKEND_EPOLL | EVFLAG_NOENV);
+    cr_assert_not_null(r->evl);
+    chime_loop_options o;
+    chime_loop_options_init(&o);
+    o.batch_limit = batch_limit;
+    cr_assert_eq(chime_ev_attach(r->pool, r->evl, &o, &r->ce), 0);
+    r->loop = chime_ev_loop(r->ce);
+    cr_assert_not_null(r->loop);
+    cr_assert_eq(chime_ev_status(r->ce), 0);
+    ev_timer_init(&r->watchdog, watchdog_cb, (double)T_LONG_NS / 1e9, 0.);
+    r->watchdog.data = r;
+    ev_timer_start(r->evl, &r->watchdog);
+    ev_unref(r->evl);
+}
+
+/* Runs the loop on the calling thread until it has nothing left to do. */
+static void
+rig_run_here(rig *r)
+{
+    r->loop_tid = pthread_self();
+    ev_run(r->evl, 0);
+}
+
+static void *
+rig_main(void *arg)
+{
+    rig_run_here(arg);
+    return NULL;
+}
+
+static void
+rig_start_thread(rig *r)
+{
+    cr_assert_eq(pthread_create(&r->thread, NULL, rig_main, r), 0);
+}
+
+/* Detaches from inside the binding's own dispatch: ev_run returns once
+ * nothing else is active. */
+static int
+detach_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    rig *r = arg;
+    on_loop_thread(r);
+    if (chime_ev_detach(r->ce) != 0)
+        atomic_fetch_add(&r->errors, 1);
+    r->ce = NULL;
+    return 0;
+}
+
+/* Stops a loop running on its own thread (a post that detaches) and joins
+ * it. */
+static void
+rig_stop_thread(rig *r)
+{
+    cr_assert_eq(chime_loop_post(r->loop, detach_fn, r, NULL), 0);
+    cr_assert_eq(pthread_join(r->thread, NULL), 0);
+}
+
+/* After ev_run returned with the adapter detached (the loop not running):
+ * stops the watchdog, checks that no watcher is left, destroys the loop
+ * and the pool. */
+static void
+rig_finish(rig *r)
+{
+    cr_assert_null(r->ce, "the adapter was not detached");
+    cr_assert_not(r->watchdog_fired, "ev_run did not return by itself");
+    ev_ref(r->evl);
+    ev_timer_stop(r->evl, &r->watchdog);
+    cr_assert_eq(ev_run(r->evl, EVRUN_NOWAIT), 0, "a watcher is left");
+    ev_loop_destroy(r->evl);
+    cr_assert_eq(chime_pool_destroy(r->pool), 0);
+    cr_assert_eq(atomic_load(&r->wrong_thread), 0,
+                 "%d callbacks ran off the loop thread",
+                 atomic_load(&r->wrong_thread));
+    cr_assert_eq(atomic_load(&r->errors), 0);
+}
+
+/* Detach when the loop does not run, then finish. */
+static void
+rig_detach_and_finish(rig *r)
+{
+    cr_assert_eq(chime_ev_detach(r->ce), 0);
+    r->ce = NULL;
+    rig_finish(r);
+}
+
+/* ---- posts and loop tasks from other threads --------------------------- */
+
+#define PRODUCERS 3
+#define PER_PRODUCER 400
+#define TIMED_PER_PRODUCER 40
+
+typedef struct flood flood;
+
+typedef struct item {
+    flood *f;
+    int producer;
+    int seq;
+} item;
+
+struct flood {
+    rig *r;
+    item items[PRODUCERS][PER_PRODUCER];
+    int next[PRODUCERS]; /* loop thread: the seq expected next */
+    atomic_int ran;      /* posts run */
+    atomic_int timed;    /* loop tasks run */
+    atomic_int out_of_order;
+    atomic_int refused;
+    pthread_t producers[PRODUCERS];
+};
+
+static int
+post_item_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    item *it = arg;
+    flood *f = it->f;
+    on_loop_thread(f->r);
+    if (f->next[it->producer] != it->seq)
+        atomic_fetch_add(&f->out_of_order, 1);
+    f->next[it->producer] = it->seq + 1;
+    atomic_fetch_add(&f->ran, 1);
+    return 0;
+}
+
+static int
+timed_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    flood *f = arg;
+    on_loop_thread(f->r);
+    atomic_fetch_add(&f->timed, 1);
+    return 0;
+}
+
+static void *
+producer_main(void *arg)
+{
+    item *first = arg;
+    flood *f = first->f;
+    int p = first->producer;
+    for (int i = 0; i < PER_PRODUCER; i++) {
+        if (chime_loop_post(f->r->loop, post_item_fn, &f->items[p][i], NULL) !=
+            0)
+            atomic_fetch_add(&f->refused, 1);
+        if (i % (PER_PRODUCER / TIMED_PER_PRODUCER) == 0 &&
+            chime_loop_schedule(f->r->loop, timed_fn, f, (i % 7) * MS, NULL) !=
+                0)
+            atomic_fetch_add(&f->refused, 1);
+    }
+    return NULL;
+}
+
+Test(ev, posts_and_loop_tasks_from_other_threads_run_on_the_loop_thread)
+{
+    rig r;
+    rig_init(&r, 2, 4); /* a small batch: many level-triggered re-polls */
+    flood *f = calloc(1, sizeof *f);
+    cr_assert_not_null(f);
+    f->r = &r;
+    for (int p = 0; p < PRODUCERS; p++)
+        for (int i = 0; i < PER_PRODUCER; i++)
+            f->items[p][i] = (item){.f = f, .producer = p, .seq = i};
+    rig_start_thread(&r);
+    for (int p = 0; p < PRODUCERS; p++)
+        cr_assert_eq(pthread_create(&f->producers[p], NULL, producer_main,
+                                    &f->items[p][0]),
+                     0);
+    for (int p = 0; p < PRODUCERS; p++)
+        cr_assert_eq(pthread_join(f->producers[p], NULL), 0);
+    cr_assert_eq(atomic_load(&f->refused), 0);
+    cr_assert(T_WAIT_UNTIL(atomic_load(&f->ran) == PRODUCERS * PER_PRODUCER &&
+                               atomic_load(&f->timed) ==
+                                   PRODUCERS * TIMED_PER_PRODUCER,
+                           T_LONG_NS),
+              "ran %d of %d posts and %d of %d loop tasks",
+              atomic_load(&f->ran), PRODUCERS * PER_PRODUCER,
+              atomic_load(&f->timed), PRODUCERS * TIMED_PER_PRODUCER);
+    chime_loop_stats st = lstats(r.loop);
+    rig_stop_thread(&r);
+    cr_assert_eq(atomic_load(&f->out_of_order), 0,
+                 "%d posts ran out of their producer's order",
+                 atomic_load(&f->out_of_order));
+    /* batch_limit 4: the work took many dispatches, each one a watcher
+     * callback of its own */
+    cr_assert_geq(st.dispatch_calls,
+                  (PRODUCERS * (PER_PRODUCER + TIMED_PER_PRODUCER)) / 4);
+    rig_finish(&r);
+    free(f);
+}
+
+/* ---- a timer fires, cancel is exact ------------------------------------ */
+
+typedef struct stamp {
+    rig *r;
+    _Atomic int64_t at;
+    atomic_int runs;
+} stamp;
+
+static int
+stamp_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    stamp *s = arg;
+    on_loop_thread(s->r);
+    atomic_store(&s->at, chime_now_ns());
+    atomic_fetch_add(&s->runs, 1);
+    return 0;
+}
+
+Test(ev, a_loop_timer_fires_on_the_loop_thread_after_its_delay)
+{
+    rig r;
+    rig_init(&r, 1, 0);
+    rig_start_thread(&r);
+    stamp once = {.r = &r}, every = {.r = &r};
+    chime_task *h = NULL, *hp = NULL;
+    int64_t t0 = chime_now_ns();
+    cr_assert_eq(chime_loop_schedule(r.loop, stamp_fn, &once, 40 * MS, &h), 0);
+    cr_assert_eq(chime_loop_schedule_at_fixed_rate(r.loop, stamp_fn, &every,
+                                                   5 * MS, 5 * MS, &hp),
+                 0);
+    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
+    int64_t late = atomic_load(&once.at) - t0;
+    cr_assert_geq(late, 40 * MS, "fired after %.1f ms (< 40 ms)", late / 1e6);
+    cr_assert_leq(late, 40 * MS + T_UPPER_NS);
+    cr_assert_eq(atomic_load(&once.runs), 1);
+    cr_assert(T_WAIT_UNTIL(atomic_load(&every.runs) >= 5, T_LONG_NS));
+    /* cancel a periodic loop task from another thread: no run after the
+     * cancel returned (at most one already started, which finishes) */
+    cr_assert_eq(chime_task_cancel(hp, 0), 0);
+    cr_assert_eq(chime_task_wait(hp, T_LONG_NS, NULL), -ECANCELED);
+    int n = atomic_load(&every.runs);
+    cr_assert(t_stays(&every.runs, n));
+    rig_stop_thread(&r);
+    T_RELEASE(h, hp);
+    rig_finish(&r);
+}
+
+typedef struct canceller {
+    rig *r;
+    atomic_int victim_runs;
+    atomic_int cancel_rc;
+    atomic_int wait_rc;
+} canceller;
+
+/* On the loop thread: a loop task due now, cancelled before any dispatch
+ * could run it: it never runs. */
+static int
+cancel_on_loop_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    canceller *c = arg;
+    on_loop_thread(c->r);
+    chime_task *v = NULL;
+    if (chime_loop_schedule(c->r->loop, t_count_fn, &c->victim_runs, 0, &v) !=
+        0) {
+        atomic_fetch_add(&c->r->errors, 1);
+        return 0;
+    }
+    atomic_store(&c->cancel_rc, chime_task_cancel(v, 0));
+    atomic_store(&c->wait_rc, chime_task_wait(v, 0, NULL));
+    chime_task_release(v);
+    return 0;
+}
+
+Test(ev, cancelled_loop_tasks_never_run)
+{
+    rig r;
+    rig_init(&r, 2, 0);
+    rig_start_thread(&r);
+    atomic_int n = 0;
+    chime_task *far = NULL, *near = NULL;
+    cr_assert_eq(chime_loop_schedule(r.loop, t_count_fn, &n, T_FAR_NS, &far),
+                 0);
+    cr_assert_eq(chime_loop_schedule(r.loop, t_count_fn, &n, 50 * MS, &near),
+                 0);
+    /* from another thread than the loop's */
+    cr_assert_eq(chime_task_cancel(far, 0), 0);
+    cr_assert_eq(chime_task_cancel(near, 0), 0);
+    cr_assert_eq(chime_task_wait(far, 0, NULL), -ECANCELED);
+    cr_assert_eq(chime_task_wait(near, 0, NULL), -ECANCELED);
+    /* on the loop thread, exact even for a task already due */
+    canceller c = {.r = &r};
+    atomic_init(&c.cancel_rc, 1);
+    atomic_init(&c.wait_rc, 1);
+    chime_task *hc = NULL;
+    cr_assert_eq(chime_loop_post(r.loop, cancel_on_loop_fn, &c, &hc), 0);
+    cr_assert_eq(chime_task_wait(hc, T_LONG_NS, NULL), 0);
+    cr_assert_eq(atomic_load(&c.cancel_rc), 0);
+    cr_assert_eq(atomic_load(&c.wait_rc), -ECANCELED);
+    /* past the 50 ms the cancelled timer had: nothing ran */
+    stamp later = {.r = &r};
+    chime_task *hl = NULL;
+    cr_assert_eq(chime_loop_schedule(r.loop, stamp_fn, &later, 80 * MS, &hl),
+                 0);
+    cr_assert_eq(chime_task_wait(hl, T_LONG_NS, NULL), 0);
+    rig_stop_thread(&r);
+    cr_assert_eq(atomic_load(&n), 0);
+    cr_assert_eq(atomic_load(&c.victim_runs), 0);
+    T_RELEASE(far, near, hc, hl);
+    rig_finish(&r);
+}
+
+/* ---- level-triggered: a bounded dispatch starves nothing --------------- */
+
+#define FLOOD 200
+
+typedef struct starve {
+    rig *r;
+    ev_io pipe_io;
+    int pipe[2];
+    int ran;          /* loop thread: flood callbacks run */
+    int ran_at_pipe;  /* loop thread: ran when the pipe was served */
+    bool pipe_served; /* loop thread */
+} starve;
+
+static int
+flood_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    starve *s = arg;
+    on_loop_thread(s->r);
+    if (++s->ran == FLOOD && chime_ev_detach(s->r->ce) == 0)
+        s->r->ce = NULL;
+    return 0;
+}
+
+static void
+pipe_cb(struct ev_loop *evl, ev_io *w, int revents)
+{
+    (void)revents;
+    starve *s = w->data;
+    on_loop_thread(s->r);
+    s->ran_at_pipe = s->ran;
+    s->pipe_served = true;
+    ev_io_stop(evl, w);
+}
+
+/* On the loop thread: queue FLOOD callbacks (batch_limit 1: one per
+ * dispatch) and make another watcher ready behind them. */
+static int
+start_flood_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    starve *s = arg;
+    on_loop_thread(s->r);
+    for (int i = 0; i < FLOOD; i++)
+        if (chime_loop_post(s->r->loop, flood_fn, s, NULL) != 0)
+            atomic_fetch_add(&s->r->errors, 1);
+    if (write(s->pipe[1], "x", 1) != 1)
+        atomic_fetch_add(&s->r->errors, 1);
+    return 0;
+}
+
+Test(ev, a_bounded_dispatch_starves_no_watcher_and_loses_no_wakeup)
+{
+    rig r;
+    rig_init(&r, 1, 1);
+    starve s = {.r = &r};
+    cr_assert_eq(pipe(s.pipe), 0);
+    ev_io_init(&s.pipe_io, pipe_cb, s.pipe[0], EV_READ);
+    s.pipe_io.data = &s;
+    ev_io_start(r.evl, &s.pipe_io);
+    cr_assert_eq(chime_loop_post(r.loop, start_flood_fn, &s, NULL), 0);
+    rig_run_here(&r); /* returns once the last flood callback detached */
+    cr_assert_eq(s.ran, FLOOD, "a wake-up was lost: %d of %d ran", s.ran,
+                 FLOOD);
+    cr_assert(s.pipe_served);
+    cr_assert_lt(s.ran_at_pipe, FLOOD / 2,
+                 "the pipe waited for %d of %d flood callbacks", s.ran_at_pipe,
+                 FLOOD);
+    rig_finish(&r);
+    close(s.pipe[0]);
+    close(s.pipe[1]);
+}
+
+/* ---- a callback runs the loop recursively ------------------------------ */
+
+#define NESTED 5
+
+typedef struct nest {
+    rig *r;
+    int ran;       /* loop thread */
+    int recursed;  /* loop thread: nested ev_run calls made */
+    int status_in; /* chime_ev_status inside the nested run */
+} nest;
+
+/* The first callback runs the loop once more from inside the dispatch
+ * while NESTED - 1 callbacks are still ready (batch_limit 1): the
+ * adapter's watcher fires inside its own dispatch. */
+static int
+nest_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    nest *n = arg;
+    on_loop_thread(n->r);
+    if (++n->ran == 1) {
+        n->recursed++;
+        ev_run(n->r->evl, EVRUN_NOWAIT);
+        n->status_in = chime_ev_status(n->r->ce);
+    }
+    if (n->ran == NESTED && chime_ev_detach(n->r->ce) == 0)
+        n->r->ce = NULL;
+    return 0;
+}
+
+Test(ev, a_callback_may_run_the_loop_recursively)
+{
+    rig r;
+    rig_init(&r, 1, 1);
+    nest n = {.r = &r, .status_in = 1};
+    for (int i = 0; i < NESTED; i++)
+        cr_assert_eq(chime_loop_post(r.loop, nest_fn, &n, NULL), 0);
+    rig_run_here(&r);
+    cr_assert_eq(n.recursed, 1);
+    cr_assert_eq(n.status_in, 0, "the watcher stopped for good: %d",
+                 n.status_in);
+    cr_assert_eq(n.ran, NESTED, "%d of %d callbacks ran", n.ran, NESTED);
+    rig_finish(&r);
+}
+
+/* ---- dispatch answers that stop the watcher ---------------------------- */
+
+/* ev_run on a thread that is not the binding's loop thread: dispatch
+ * answers -EPERM, and the fd stays readable. */
+Test(ev, eperm_stops_the_watcher_instead_of_spinning)
+{
+    rig r;
+    rig_init(&r, 1, 0);
+    cr_assert_eq(run_on_thread(t_do_set_thread, r.loop), 0);
+    atomic_int n = 0;
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_post(r.loop, t_count_fn, &n, &h), 0);
+    r.loop_tid = pthread_self();
+    cr_assert_eq(ev_run(r.evl, 0), 0); /* returns: the watcher stopped */
+    cr_assert_not(r.watchdog_fired, "ev_run spun on the readable fd");
+    cr_assert_eq(chime_ev_status(r.ce), -EPERM);
+    cr_assert(readable(r.loop), "the fd was drained by someone");
+    cr_assert_leq(lstats(r.loop).dispatch_calls, 1);
+    /* the loop no longer dispatches: any thread may detach */
+    rig_detach_and_finish(&r);
+    cr_assert_eq(chime_task_wait(h, 0, NULL), -ECANCELED);
+    cr_assert_eq(atomic_load(&n), 0);
+    chime_task_release(h);
+}
+
+typedef struct shut {
+    rig *r;
+    ev_timer timer;
+    int dupfd;
+    int evfd;
+    atomic_int close_rc;
+} shut;
+
+/* An ev_timer callback, outside any dispatch, after libev has registered
+ * the fd: closes the binding behind the adapter's back (chime_loop_close,
+ * not detach). A dup of the fd keeps the epoll registration alive and an
+ * eventfd added to it keeps it readable, so libev calls the adapter again
+ * and dispatch answers -ESHUTDOWN. */
+static void
+close_behind_cb(struct ev_loop *evl, ev_timer *t, int revents)
+{
+    (void)evl;
+    (void)revents;
+    shut *s = t->data;
+    on_loop_thread(s->r);
+    int fd = chime_loop_fd(s->r->loop);
+    s->dupfd = dup(fd);
+    s->evfd = eventfd(1, EFD_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN};
+    if (s->dupfd < 0 || s->evfd < 0 ||
+        epoll_ctl(s->dupfd, EPOLL_CTL_ADD, s->evfd, &ev) != 0)
+        atomic_fetch_add(&s->r->errors, 1);
+    atomic_store(&s->close_rc, chime_loop_close(s->r->loop));
+}
+
+static int
+arm_close_behind_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    shut *s = arg;
+    on_loop_thread(s->r);
+    ev_timer_start(s->r->evl, &s->timer);
+    return 0;
+}
+
+Test(ev, eshutdown_stops_the_watcher_instead_of_spinning)
+{
+    rig r;
+    rig_init(&r, 1, 0);
+    shut s = {.r = &r, .dupfd = -1, .evfd = -1};
+    atomic_init(&s.close_rc, 1);
+    ev_timer_init(&s.timer, close_behind_cb, 0., 0.);
+    s.timer.data = &s;
+    cr_assert_eq(chime_loop_post(r.loop, arm_close_behind_fn, &s, NULL), 0);
+    rig_run_here(&r);
+    cr_assert_not(r.watchdog_fired, "ev_run spun on the readable fd");
+    cr_assert_eq(atomic_load(&s.close_rc), 0);
+    cr_assert_eq(chime_ev_status(r.ce), -ESHUTDOWN);
+    cr_assert_eq(chime_loop_dispatch(r.loop), -ESHUTDOWN);
+    /* detach on a binding already closed: fine */
+    rig_detach_and_finish(&r);
+    close(s.evfd);
+    close(s.dupfd);
+}
+
+static int
+close_own_binding_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    rig *r = arg;
+    on_loop_thread(r);
+    if (chime_loop_close(r->loop) != 0)
+        atomic_fetch_add(&r->errors, 1);
+    return 0;
+}
+
+/* chime_loop_close() from one of the binding's callbacks (not detach):
+ * the fd is gone when that dispatch returns, so the adapter stops watching
+ * it at once (ev_run returns; the watcher would otherwise stay active on a
+ * closed fd for ever). */
+Test(ev, closing_the_binding_from_its_callback_stops_the_watcher)
+{
+    rig r;
+    rig_init(&r, 1, 0);
+    atomic_int n = 0;
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_post(r.loop, close_own_binding_fn, &r, NULL), 0);
+    cr_assert_eq(chime_loop_schedule(r.loop, t_count_fn, &n, T_FAR_NS, &h), 0);
+    rig_run_here(&r);
+    cr_assert_not(r.watchdog_fired, "ev_run did not return");
+    cr_assert_eq(chime_ev_status(r.ce), -ESHUTDOWN);
+    cr_assert_eq(chime_task_wait(h, 0, NULL), -ECANCELED);
+    rig_detach_and_finish(&r);
+    cr_assert_eq(atomic_load(&n), 0);
+    chime_task_release(h);
+}
+
+/* A forked child that runs the inherited loop (after ev_loop_fork) gets
+ * -ECHILD from dispatch: the watcher stops, ev_run returns, and the child
+ * never reads the fd (the parent's wake-up is not swallowed). */
+Test(ev, echild_stops_the_watcher_in_a_forked_child)
+{
+    rig r;
+    rig_init(&r, 1, 0);
+    atomic_int n = 0;
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_post(r.loop, t_count_fn, &n, &h), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int bad = 0;
+        ev_loop_fork(r.evl);
+        r.loop_tid = pthread_self();
+        if (ev_run(r.evl, 0) != 0)
+            bad |= 1 << 2;
+        if (r.watchdog_fired)
+            bad |= 1 << 0;
+        if (chime_ev_status(r.ce) != -ECHILD)
+            bad |= 1 << 1;
+        _exit(bad);
+    }
+    int status = 0;
+    pid_t got = 0;
+    bool exited =
+        T_WAIT_UNTIL((got = waitpid(pid, &status, WNOHANG)) != 0, T_LONG_NS);
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        cr_assert_fail("the child spun in ev_run");
+    }
+    cr_assert_eq(got, pid);
+    cr_assert(WIFEXITED(status));
+    cr_assert_eq(WEXITSTATUS(status), 0, "child: bits %#x",
+                 WEXITSTATUS(status));
+    /* the parent's loop still gets its post */
+    cr_assert(readable(r.loop));
+    cr_assert_eq(chime_loop_post(r.loop, detach_fn, &r, NULL), 0);
+    rig_run_here(&r);
+    cr_assert_eq(chime_task_wait(h, 0, NULL), 0);
+    cr_assert_eq(atomic_load(&n), 1);
+    chime_task_release(h);
+    rig_finish(&r);
+}
+
+/* ---- teardown ---------------------------------------------------------- */
+
+typedef struct later {
+    rig *r;
+    ev_timer timer;
+    chime_task *h[4];
+    atomic_int cancelled; /* handles complete as cancelled after detach */
+} later;
+
+/* A plain ev_timer callback (outside any dispatch) detaches with loop
+ * tasks of every kind pending. */
+static void
+detach_from_ev_cb(struct ev_loop *evl, ev_timer *t, int revents)
+{
+    (void)evl;
+    (void)revents;
+    later *l = t->data;
+    on_loop_thread(l->r);
+    if (chime_ev_detach(l->r->ce) != 0)
+        atomic_fetch_add(&l->r->errors, 1);
+    l->r->ce = NULL;
+    for (int i = 0; i < 4; i++)
+        if (chime_task_wait(l->h[i], 0, NULL) == -ECANCELED)
+            atomic_fetch_add(&l->cancelled, 1);
+}
+
+Test(ev, detach_from_an_ev_callback_cancels_pending_loop_tasks)
+{
+    rig r;
+    rig_init(&r, 2, 0);
+    later l = {.r = &r};
+    atomic_int n = 0;
+    ev_timer_init(&l.timer, detach_from_ev_cb, 0.02, 0.);
+    l.timer.data = &l;
+    ev_timer_start(r.evl, &l.timer);
+    cr_assert_eq(chime_loop_schedule(r.loop, t_count_fn, &n, T_FAR_NS, &l.h[0]),
+                 0);
+    cr_assert_eq(chime_loop_schedule_at_fixed_rate(r.loop, t_count_fn, &n,
+                                                   T_FAR_NS, MS, &l.h[1]),
+                 0);
+    cr_assert_eq(chime_loop_schedule_with_fixed_delay(r.loop, t_count_fn, &n,
+                                                      T_FAR_NS, MS, &l.h[2]),
+                 0);
+    cr_assert_eq(
+        chime_loop_schedule(r.loop, t_count_fn, &n, T_FAR_NS / 2, &l.h[3]), 0);
+    cr_assert_eq(chime_pool_destroy(r.pool), -EBUSY);
+    rig_run_here(&r);
+    cr_assert_eq(atomic_load(&l.cancelled), 4);
+    rig_finish(&r);
+    cr_assert_eq(atomic_load(&n), 0);
+    t_release_all(l.h, 4);
+}
+
+Test(ev, detach_while_the_loop_does_not_run_cancels_pending_tasks)
+{
+    rig r;
+    rig_init(&r, 1, 0);
+    atomic_int n = 0;
+    chime_task *h[2] = {0};
+    cr_assert_eq(chime_loop_post(r.loop, t_count_fn, &n, &h[0]), 0);
+    cr_assert_eq(chime_loop_schedule(r.loop, t_count_fn, &n, MS, &h[1]), 0);
+    cr_assert_eq(chime_pool_destroy(r.pool), -EBUSY);
+    rig_detach_and_finish(&r);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(chime_task_wait(h[i], 0, NULL), -ECANCELED);
+    cr_assert_eq(atomic_load(&n), 0);
+    t_release_all(h, 2);
+}
+
+Test(ev, null_arguments)
+{
+    chime_pool *p = pool_with(1);
+    struct ev_loop *evl = ev_loop_new(EVFLAG_AUTO);
+    cr_assert_not_null(evl);
+    chime_ev *ce = (chime_ev *)evl; /* a bogus value, to see it cleared */
+    cr_assert_eq(chime_ev_attach(NULL, evl, NULL, &ce), -EINVAL);
+    cr_assert_null(ce);
+    cr_assert_eq(chime_ev_attach(p, NULL, NULL, &ce), -EINVAL);
+    cr_assert_eq(chime_ev_attach(p, evl, NULL, NULL), -EINVAL);
+    cr_assert_eq(chime_ev_detach(NULL), 0);
+    cr_assert_null(chime_ev_loop(NULL));
+    cr_assert_eq(chime_ev_status(NULL), -EINVAL);
+    ev_loop_destroy(evl);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
