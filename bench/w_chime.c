@@ -375,7 +375,10 @@ struct w5 {
     chime_loop *loop;
     pthread_t loop_tid;
     long m;
-    long count;    /* loop thread only */
+    /* The loop thread's counters on a cache line of their own: the
+     * producer reads the fields above for every post (as every W5 program
+     * here lays them out). */
+    _Alignas(64) long count; /* loop thread only */
     long off_loop; /* callbacks that ran elsewhere (must stay 0) */
     int64_t t_end; /* loop thread: when callback m ran */
     sem_t started;
