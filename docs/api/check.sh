@@ -60,6 +60,12 @@ check_pages() {
     if grep -q 'chime_glib_source_new' "$src"/include/chime/*.h; then
         [ -f "$mandir/man3/chime-glib.3" ] || fail "no chime-glib(3)"
     fi
+    if grep -q 'chime_uv_attach' "$src"/include/chime/*.h; then
+        [ -f "$mandir/man3/chime-uv.3" ] || fail "no chime-uv(3)"
+    fi
+    if grep -q 'chime_ev_attach' "$src"/include/chime/*.h; then
+        [ -f "$mandir/man3/chime-ev.3" ] || fail "no chime-ev(3)"
+    fi
     while read -r fn; do
         [ -f "$mandir/man3/$fn.3" ] ||
             fail "$fn has no man page: document it in its header"

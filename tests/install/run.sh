@@ -13,7 +13,13 @@
 # as C11 and as C++11. When the libevent binding is built, each way also
 # builds the event consumer twice, linked with -levent_core and with
 # -levent, and checks (ldd) that each process loads exactly the libevent it
-# linked: chime's binding links none of its own.
+# linked: chime's binding links none of its own. When the libuv, libev and
+# GLib bindings are built, each way also builds their consumers (C and
+# C++: one callback posted to the loop, run by uv_run, ev_run or a
+# GMainContext iteration, on the loop's thread), through
+# find_package(chime COMPONENTS uv ev glib) and through pkg-config
+# (chime-uv, chime-ev, chime-glib); a missing libuv, libev or GLib makes
+# find_package(chime COMPONENTS ...) fail with a message naming it.
 #
 # Usage: tests/install/run.sh <build-dir> <source-dir>
 set -euo pipefail
@@ -114,6 +120,25 @@ fi
 with_event=OFF
 [ "$event" = 1 ] && with_event=ON
 
+# The libuv, libev and GLib bindings: each a component like event.
+loops=()
+loop_flags=()
+for c in uv ev glib; do
+    flag=OFF
+    if [ -f "$prefix/include/chime/$c.h" ]; then
+        test -f "$pcdir/chime-$c.pc"
+        test -f "$cmakedir/chime-$c-targets.cmake"
+        test -f "$cmakedir/chime-$c-deps.cmake"
+        ls "$libdir"/libchime_"$c".* >/dev/null
+        loops+=("$c")
+        flag=ON
+    fi
+    loop_flags+=("-DWITH_$(tr '[:lower:]' '[:upper:]' <<<"$c")=$flag")
+done
+bindings=${loops[*]:-}
+[ "$event" = 1 ] && bindings="event $bindings"
+echo "bindings installed: ${bindings:-none}"
+
 # run_consumer <build dir>: runs what the consumer project built.
 run_consumer() {
     local dir=$1
@@ -126,12 +151,17 @@ run_consumer() {
         check_libevent "$dir/event_consumer_full" libevent
         "$dir/event_consumer_cxx"
     fi
+    for c in ${loops[@]+"${loops[@]}"}; do
+        "$dir/${c}_consumer"
+        "$dir/${c}_consumer_cxx"
+    done
 }
 
 echo "== consumer via find_package(chime)"
 quiet "$tmp/package-configure.log" cmake -S "$consumer" -B "$tmp/package" \
     -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
-    -DCHIME_CONSUMER_MODE=package -DWITH_EVENT="$with_event"
+    -DCHIME_CONSUMER_MODE=package -DWITH_EVENT="$with_event" \
+    "${loop_flags[@]}"
 quiet "$tmp/package-build.log" cmake --build "$tmp/package" -j2
 # CMake gives the consumer an RPATH to the installed library.
 run_consumer "$tmp/package"
@@ -156,15 +186,41 @@ if [ "$event" = 1 ]; then
         cmake -S "$tmp/ask" -B "$tmp/ask-event" \
         -DCMAKE_PREFIX_PATH="$prefix" -DCOMPONENTS=event
 fi
+if [[ " ${loops[*]:-} " == *" uv "* ]]; then
+    # No libuv on the pkg-config path (the lookup chimeConfig.cmake shares
+    # with event and glib).
+    mkdir -p "$tmp/pc-empty"
+    expect_failure "$tmp/ask-uv.log" \
+        "chime::uv: pkg-config finds no libuv (Debian: libuv1-dev)" \
+        env PKG_CONFIG_LIBDIR="$tmp/pc-empty" PKG_CONFIG_PATH= \
+        cmake -S "$tmp/ask" -B "$tmp/ask-uv" \
+        -DCMAKE_PREFIX_PATH="$prefix" -DCOMPONENTS=uv
+fi
+if [[ " ${loops[*]:-} " == *" ev "* ]]; then
+    # No ev.h nor libev: chime-ev-deps.cmake looks them up with find_path
+    # and find_library, here re-rooted into an empty directory (chime's
+    # package itself is still found through CMAKE_PREFIX_PATH).
+    mkdir -p "$tmp/root-empty"
+    expect_failure "$tmp/ask-ev.log" \
+        "chime::ev: ev.h or libev not found (Debian: libev-dev)" \
+        cmake -S "$tmp/ask" -B "$tmp/ask-ev" \
+        -DCMAKE_PREFIX_PATH="$prefix" -DCOMPONENTS=ev \
+        -DCMAKE_FIND_ROOT_PATH="$tmp/root-empty" \
+        -DCMAKE_FIND_ROOT_PATH_MODE_INCLUDE=ONLY \
+        -DCMAKE_FIND_ROOT_PATH_MODE_LIBRARY=ONLY \
+        -DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=BOTH
+fi
 
 echo "== consumer via pkg-config"
 if ! command -v pkg-config >/dev/null 2>&1; then
     echo "install: pkg-config not found (run scripts/deps.sh)" >&2
     exit 1
 fi
-# pc_consumer <modules> <source> <output>: build with pkg-config, then run.
+# pc_consumer <modules> <source> <output> [<compiler flag>...]: build with
+# pkg-config, then run.
 pc_consumer() {
     local modules=$1 source=$2 out=$3 flags compiler
+    shift 3
     if [ "$shared" = 1 ]; then
         flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs $modules)
     else
@@ -177,8 +233,8 @@ pc_consumer() {
     *) compiler="${CC:-cc} -std=c11" ;;
     esac
     # shellcheck disable=SC2086 # flags are a word list
-    $compiler -Wall -Wextra -pedantic -Werror -o "$out" "$source" $flags \
-        -pthread
+    $compiler -Wall -Wextra -pedantic -Werror "$@" -o "$out" "$source" \
+        $flags -pthread
     LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out"
 }
 pc_consumer chime "$consumer/consumer.c" "$tmp/consumer-pc"
@@ -193,16 +249,29 @@ if [ "$event" = 1 ]; then
     LD_LIBRARY_PATH="$libdir" check_libevent "$tmp/event-consumer-pc-full" \
         libevent
 fi
+for c in ${loops[@]+"${loops[@]}"}; do
+    pc_consumer "chime-$c" "$consumer/${c}_consumer.c" "$tmp/$c-consumer-pc"
+    pc_consumer "chime-$c" "$consumer/consumer.cpp" "$tmp/$c-consumer-pc-cxx" \
+        "-DCONSUMER_WITH_$(tr '[:lower:]' '[:upper:]' <<<"$c")=1"
+done
 
 # ---- vendored, without Criterion ------------------------------------------
-# A pkg-config path with libevent's modules and nothing else: no Criterion.
+# A pkg-config path with every module pkg-config finds (libevent, libuv,
+# GLib and what they require...) but Criterion's: links to them, in the
+# order pkg-config searches them.
 nocrit="$tmp/pc-no-criterion"
 mkdir -p "$nocrit"
-if [ "$event" = 1 ]; then
-    evdir=$(pkg-config --variable pcfiledir libevent)
-    cp "$evdir/libevent.pc" "$(pkg-config --variable pcfiledir \
-        libevent_core)/libevent_core.pc" "$nocrit/"
-fi
+IFS=: read -ra pcdirs <<<"${PKG_CONFIG_PATH:-}:$(pkg-config --variable \
+    pc_path pkg-config)"
+for d in ${pcdirs[@]+"${pcdirs[@]}"}; do
+    for f in "$d"/*.pc; do
+        [ -e "$f" ] || continue
+        name=$(basename "$f")
+        if [ "$name" != criterion.pc ] && [ ! -e "$nocrit/$name" ]; then
+            ln -s "$f" "$nocrit/$name"
+        fi
+    done
+done
 export PKG_CONFIG_LIBDIR="$nocrit"
 export PKG_CONFIG_PATH=
 if pkg-config --exists criterion; then
@@ -220,7 +289,7 @@ quiet "$tmp/top-notests.log" cmake -S "$src" -B "$tmp/top-nocrit" \
 echo "== consumer via add_subdirectory(chime), without Criterion"
 quiet "$tmp/subdir-configure.log" cmake -S "$consumer" -B "$tmp/subdir" \
     -DCHIME_CONSUMER_MODE=subdirectory -DCHIME_SOURCE_DIR="$src" \
-    -DWITH_EVENT="$with_event"
+    -DWITH_EVENT="$with_event" "${loop_flags[@]}"
 quiet "$tmp/subdir-build.log" cmake --build "$tmp/subdir" -j2
 run_consumer "$tmp/subdir"
 
@@ -229,7 +298,7 @@ echo "== consumer via FetchContent(chime), without Criterion"
 tar -C "$src" --exclude='./build*' --exclude=./.git -czf "$tmp/chime.tar.gz" .
 quiet "$tmp/fetch-configure.log" cmake -S "$consumer" -B "$tmp/fetch" \
     -DCHIME_CONSUMER_MODE=fetchcontent -DCHIME_URL="$tmp/chime.tar.gz" \
-    -DWITH_EVENT="$with_event"
+    -DWITH_EVENT="$with_event" "${loop_flags[@]}"
 quiet "$tmp/fetch-build.log" cmake --build "$tmp/fetch" -j2
 run_consumer "$tmp/fetch"
 
