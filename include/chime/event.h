@@ -104,13 +104,41 @@ CHIME_EXPORT chime_loop *chime_event_loop(chime_event *ev);
 /**
  * @brief Unregisters the event and closes the binding, then frees ev.
  *
- * See chime_loop_close(). detach(NULL) is a no-op.
+ * See chime_loop_close(). detach(NULL) is a no-op. A binding already
+ * closed with chime_loop_close() (by one of its callbacks, say) is fine:
+ * detach still unregisters the event and frees ev. Detach from one of the
+ * binding's own callbacks is allowed; ev is then freed when that dispatch
+ * returns.
  * @retval 0 Success (or ev NULL).
- * @return Or chime_loop_close()'s error (then nothing is done).
+ * @return Or chime_loop_close()'s error, -EPERM or -ECHILD (then nothing
+ *         is done).
  * @par Thread-safety:
  * The loop thread, or any thread while the base is not running.
  */
 CHIME_EXPORT int chime_event_detach(chime_event *ev);
+
+/**
+ * @brief Why the binding's event stopped watching it.
+ *
+ * The readiness fd stays readable while work is ready, so a dispatch that
+ * cannot run would make the base spin at 100% CPU. When
+ * chime_loop_dispatch() answers -EPERM (the base ran on another thread
+ * than the binding's loop thread), -ECHILD (a forked child ran an
+ * inherited base) or -ESHUTDOWN (the binding was closed with
+ * chime_loop_close() rather than chime_event_detach()), or when one of the
+ * binding's callbacks closed it, the adapter deletes its event for good: a
+ * base with nothing else to do then returns from event_base_dispatch().
+ * Only chime_event_detach() undoes that state.
+ * @param ev The binding.
+ * @retval 0 The event still watches the binding.
+ * @retval -EPERM It stopped: the base ran on the wrong thread.
+ * @retval -ECHILD It stopped: a forked child ran the base.
+ * @retval -ESHUTDOWN It stopped: the binding was closed behind its back.
+ * @retval -EINVAL ev is NULL.
+ * @par Thread-safety:
+ * The loop thread, or any thread while the base is not running.
+ */
+CHIME_EXPORT int chime_event_status(chime_event *ev);
 
 /** @} */
 

@@ -19,41 +19,67 @@
  *   Then event_base_free(), then chime_pool_destroy() (see event.h).
  * - Detach from one of the binding's own callbacks is allowed: the closed
  *   binding's record stays valid until chime_pool_destroy() (chime frees
- *   it there), so the dispatch that ran the callback returns normally; the
- *   adapter's `ce` is freed by detach itself, and libevent allows freeing
- *   an event inside its own callback (it saves what it needs before
- *   calling us). on_ready therefore never touches `ce` after a dispatch
- *   that ran callbacks.
+ *   it there), so the dispatch that ran the callback returns normally.
+ *   Detach then only marks `ce` (in_dispatch is set): on_ready frees it
+ *   when the dispatch returns, and libevent allows freeing an event inside
+ *   its own callback (it saves what it needs before calling us).
+ * - What stops the watch for good. The fd stays readable while work is
+ *   ready, so a dispatch that cannot run would make the base spin at 100%
+ *   CPU: on -EPERM (run on another thread than the binding's loop thread),
+ *   -ECHILD (a forked child runs an inherited base) or -ESHUTDOWN (the
+ *   binding was closed behind the adapter's back), and when a callback
+ *   closed the binding with chime_loop_close() (its fd is gone: the look
+ *   after a dispatch that ran callbacks), on_ready deletes the event and
+ *   keeps the code for chime_event_status(). -EBUSY (a dispatch nested in
+ *   one of the binding's callbacks: libevent does not re-enter a running
+ *   base, but a callback may call chime_loop_dispatch() itself) is left
+ *   alone: the outer dispatch goes on.
  */
 #include "chime/event.h"
 
 #include <event2/event.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 struct chime_event {
     chime_loop *loop; /* owned; closed by detach */
     struct event *ev; /* persistent EV_READ on chime_loop_fd(loop) */
+    int status;       /* 0, or the code that made on_ready stop watching */
+    bool in_dispatch; /* on_ready's dispatch is running */
+    bool detached;    /* detached by one of its callbacks: on_ready frees */
 };
+
+/* Stops watching for good (see the design notes). */
+static void
+stop(chime_event *ce, int code)
+{
+    event_del(ce->ev);
+    ce->status = code;
+}
 
 /* Runs on: the base's loop thread, when the readiness fd is readable. */
 static void
 on_ready(evutil_socket_t fd, short what, void *arg)
 {
     chime_event *ce = arg;
-    struct event *ev = ce->ev;
     (void)fd;
     (void)what;
 
+    ce->in_dispatch = true;
     int rc = chime_loop_dispatch(ce->loop);
-    /* A dispatch that cannot run leaves the fd readable: stop watching it
-     * rather than spin the loop at 100% CPU. Both are caller errors that ran
-     * no callback (so ce is still alive): -EPERM, the base runs on another
-     * thread than the binding's loop thread; -ECHILD, a forked child runs
-     * an inherited base (after event_reinit()). */
-    if (rc == -EPERM || rc == -ECHILD)
-        event_del(ev);
+    ce->in_dispatch = false;
+    if (ce->detached) {
+        /* detach ran in a callback: the event is deleted already */
+        event_free(ce->ev);
+        free(ce);
+        return;
+    }
+    if (rc == -EPERM || rc == -ECHILD || rc == -ESHUTDOWN)
+        stop(ce, rc);
+    else if (rc > 0 && chime_loop_fd(ce->loop) < 0)
+        stop(ce, -ESHUTDOWN); /* a callback closed the binding */
 }
 
 int
@@ -100,6 +126,12 @@ chime_event_loop(chime_event *ev)
 }
 
 int
+chime_event_status(chime_event *ce)
+{
+    return ce ? ce->status : -EINVAL;
+}
+
+int
 chime_event_detach(chime_event *ce)
 {
     if (!ce)
@@ -108,11 +140,19 @@ chime_event_detach(chime_event *ce)
      * makes event_del() a harmless no-op. */
     event_del(ce->ev);
     int rc = chime_loop_close(ce->loop);
+    if (rc == -EALREADY)
+        rc = 0; /* closed behind the adapter's back: detach still frees */
     if (rc != 0) {
         /* -EPERM or -ECHILD: the binding is untouched, so put the event
-         * back and leave everything as it was. */
-        event_add(ce->ev, NULL);
+         * back (unless it was stopped for good) and leave everything as it
+         * was. */
+        if (ce->status == 0)
+            event_add(ce->ev, NULL);
         return rc;
+    }
+    if (ce->in_dispatch) {
+        ce->detached = true; /* from a callback: on_ready frees ce */
+        return 0;
     }
     event_free(ce->ev);
     free(ce);

@@ -627,3 +627,93 @@ Test(event, attach_rejects_null_arguments)
     event_base_free(base);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
+
+/* ---- what stops the event for good (chime_event_status) ------------------ */
+
+static void *
+park_fn(void *arg)
+{
+    t_latch *l = arg;
+    t_latch_wait(l, T_LONG_NS);
+    return NULL;
+}
+
+Test(event, a_base_run_on_the_wrong_thread_stops_watching_instead_of_spinning)
+{
+    chime_pool *p = NULL;
+    cr_assert_eq(chime_pool_new(NULL, &p), 0);
+    struct event_base *base = event_base_new();
+    cr_assert_not_null(base);
+    /* The binding's loop thread is another thread, named at attach. */
+    t_latch park;
+    t_latch_init(&park, 1);
+    pthread_t other;
+    cr_assert_eq(pthread_create(&other, NULL, park_fn, &park), 0);
+    chime_loop_options o;
+    chime_loop_options_init(&o);
+    o.thread = &other;
+    chime_event *ev = NULL;
+    cr_assert_eq(chime_event_attach(p, base, &o, &ev), 0);
+    atomic_int n = 0;
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_post(chime_event_loop(ev), t_count_fn, &n, &h),
+                 0);
+    cr_assert_eq(chime_event_status(ev), 0);
+    /* This thread runs the base: the dispatch answers -EPERM, the event is
+     * deleted, and with nothing else on the base the loop returns (it
+     * would spin on the readable fd for ever otherwise). */
+    cr_assert_eq(event_base_dispatch(base), 1);
+    cr_assert_eq(chime_event_status(ev), -EPERM);
+    cr_assert_eq(atomic_load(&n), 0);
+    cr_assert_eq(chime_task_get_state(h), CHIME_TASK_PENDING);
+    /* detach from here: no dispatch runs */
+    cr_assert_eq(chime_event_detach(ev), 0);
+    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), -ECANCELED);
+    chime_task_release(h);
+    event_base_free(base);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    t_latch_count_down(&park);
+    cr_assert_eq(pthread_join(other, NULL), 0);
+    t_latch_destroy(&park);
+    cr_assert_eq(chime_event_status(NULL), -EINVAL);
+}
+
+static int
+close_binding_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    chime_event *ev = arg;
+    cr_assert_eq(chime_loop_close(chime_event_loop(ev)), 0);
+    return 0;
+}
+
+Test(event, a_callback_that_closes_its_binding_stops_the_event)
+{
+    chime_pool *p = NULL;
+    cr_assert_eq(chime_pool_new(NULL, &p), 0);
+    struct event_base *base = event_base_new();
+    cr_assert_not_null(base);
+    chime_event *ev = NULL;
+    cr_assert_eq(chime_event_attach(p, base, NULL, &ev), 0);
+    atomic_int n = 0;
+    chime_task *later = NULL;
+    cr_assert_eq(chime_loop_schedule(chime_event_loop(ev), t_count_fn, &n,
+                                     T_FAR_NS, &later),
+                 0);
+    cr_assert_eq(chime_loop_post(chime_event_loop(ev), close_binding_fn, ev,
+                                 NULL),
+                 0);
+    /* The callback closes the binding (its fd with it): the adapter sees
+     * that after the dispatch and deletes its event, so the loop returns
+     * instead of watching a closed fd number. */
+    cr_assert_eq(event_base_dispatch(base), 1);
+    cr_assert_eq(chime_event_status(ev), -ESHUTDOWN);
+    cr_assert_eq(chime_task_wait(later, T_LONG_NS, NULL), -ECANCELED);
+    /* detach of a binding closed behind the adapter's back still frees */
+    cr_assert_eq(chime_event_detach(ev), 0);
+    chime_task_release(later);
+    event_base_free(base);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    cr_assert_eq(atomic_load(&n), 0);
+}
