@@ -44,6 +44,7 @@ Test(badinput_event, null_arguments)
         chime_event_attach(p, base, NULL, NULL), -EINVAL);
     BADP("chime_event_loop", "ev NULL", chime_event_loop(NULL), NULL);
     BAD("chime_event_detach", "ev NULL (no-op)", chime_event_detach(NULL), 0);
+    BAD("chime_event_status", "ev NULL", chime_event_status(NULL), -EINVAL);
     BAD("chime_event_attach", "opts NULL (defaults)",
         chime_event_attach(p, base, NULL, &ev), 0);
     cr_assert_not_null(chime_event_loop(ev));
