@@ -27,7 +27,9 @@
 # What it does:
 #   1. installs missing Debian packages with apt (sudo if not root);
 #   2. builds bench/ (its own CMake project, chime compiled from src/ at
-#      -O2) into bench/build/ and the Java peers into bench/build/java/;
+#      -O2) into bench/build/, the Java peers into bench/build/java/ and
+#      the Tokio peer (bench/tokio/, Debian's cargo, offline) into
+#      bench/build/tokio/;
 #   3. runs every workload for every system, round-robin, N runs each;
 #      each program checks its invariants and a broken one stops the run;
 #   4. writes raw results (bench/results/results.csv: workload, size,
@@ -76,7 +78,7 @@ while [ $# -gt 0 ]; do
     --no-install) install=0; shift ;;
     --wait-quiet) wait_quiet=30; shift ;;
     --wait-quiet=*) wait_quiet=${1#--wait-quiet=}; shift ;;
-    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 1 ;;
     esac
 done

@@ -154,7 +154,10 @@ fn syscw() -> i64 {
         Err(_) => return -1,
     };
     s.lines()
-        .find_map(|l| l.strip_prefix("syscw: ").and_then(|v| v.trim().parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix("syscw: ")
+                .and_then(|v| v.trim().parse().ok())
+        })
         .unwrap_or(-1)
 }
 
@@ -264,7 +267,13 @@ fn w1(a: &Args) {
     let count = W1_COUNT.load(Ordering::SeqCst);
     check!(count == n, w, sys, "counter {} != {}", count, n);
     let early = W1_EARLY.load(Ordering::SeqCst);
-    check!(early == 0, w, sys, "{} tasks woke before their deadline", early);
+    check!(
+        early == 0,
+        w,
+        sys,
+        "{} tasks woke before their deadline",
+        early
+    );
     result(w, sys, "tasks_per_s", n as f64 / (ph.ns as f64 / 1e9));
     result(w, sys, "cpu_ns_per_task", ph.cpu as f64 / n as f64);
     result(w, sys, "ns_per_schedule", ph.submit_ns as f64 / n as f64);
@@ -333,7 +342,12 @@ async fn w2_dq(l: u64, r: u64, warm: u64, mode: W2Mode, sys: &str) -> (i64, i64)
     let mut keys: Vec<Key> = (0..l as usize).map(|i| dq.insert(i, W2_TIMEOUT)).collect();
     // The queue's task polls it: its own Sleep (the earliest deadline)
     // is registered with the runtime's wheel.
-    check!(dq.poll_expired(&mut cx).is_pending(), "w2", sys, "expired at start");
+    check!(
+        dq.poll_expired(&mut cx).is_pending(),
+        "w2",
+        sys,
+        "expired at start"
+    );
     settle().await;
     w2_dq_rounds(&mut dq, &mut keys, warm, &mut rng, reset);
     let c0 = cpu_ns();
@@ -345,12 +359,31 @@ async fn w2_dq(l: u64, r: u64, warm: u64, mode: W2Mode, sys: &str) -> (i64, i64)
     // Let the driver run; nothing may have expired, exactly L are queued,
     // every slot's key is live with a deadline in (now, now + 60 s].
     settle().await;
-    check!(dq.poll_expired(&mut cx).is_pending(), "w2", sys, "an entry expired");
-    check!(dq.len() == l as usize, "w2", sys, "{} queued, want {}", dq.len(), l);
+    check!(
+        dq.poll_expired(&mut cx).is_pending(),
+        "w2",
+        sys,
+        "an entry expired"
+    );
+    check!(
+        dq.len() == l as usize,
+        "w2",
+        sys,
+        "{} queued, want {}",
+        dq.len(),
+        l
+    );
     let now = Instant::now();
     for (i, k) in keys.iter().enumerate() {
         let e = dq.remove(k); // panics on a stale key
-        check!(*e.get_ref() == i, "w2", sys, "slot {} holds {}", i, e.get_ref());
+        check!(
+            *e.get_ref() == i,
+            "w2",
+            sys,
+            "slot {} holds {}",
+            i,
+            e.get_ref()
+        );
         let d = e.deadline();
         check!(
             d > now && d <= now + W2_TIMEOUT,
@@ -372,7 +405,13 @@ fn new_sleep(d: Duration, cx: &mut Context<'_>) -> Pin<Box<Sleep>> {
     s
 }
 
-fn w2_sleep_rounds(slots: &mut [Pin<Box<Sleep>>], r: u64, rng: &mut Rng, reset: bool, cx: &mut Context<'_>) {
+fn w2_sleep_rounds(
+    slots: &mut [Pin<Box<Sleep>>],
+    r: u64,
+    rng: &mut Rng,
+    reset: bool,
+    cx: &mut Context<'_>,
+) {
     let l = slots.len() as u64;
     for _ in 0..r {
         let i = rng.below(l) as usize;
@@ -402,7 +441,13 @@ async fn w2_sleep(l: u64, r: u64, warm: u64, mode: W2Mode, sys: &str) -> (i64, i
     let now = Instant::now();
     for (i, s) in slots.iter_mut().enumerate() {
         check!(!s.is_elapsed(), "w2", sys, "slot {} elapsed", i);
-        check!(!poll_once(s.as_mut(), &mut cx), "w2", sys, "slot {} fired", i);
+        check!(
+            !poll_once(s.as_mut(), &mut cx),
+            "w2",
+            sys,
+            "slot {} fired",
+            i
+        );
         let d = s.deadline();
         check!(
             d > now && d <= now + W2_TIMEOUT,
@@ -433,7 +478,13 @@ struct W4Figures {
 fn prefaulted<T>(n: usize) -> Vec<T> {
     let mut v: Vec<T> = Vec::with_capacity(n);
     // SAFETY: writes bytes into the spare capacity; the length stays 0.
-    unsafe { std::ptr::write_bytes(v.as_mut_ptr() as *mut u8, 0xff, n * std::mem::size_of::<T>()) };
+    unsafe {
+        std::ptr::write_bytes(
+            v.as_mut_ptr() as *mut u8,
+            0xff,
+            n * std::mem::size_of::<T>(),
+        )
+    };
     v
 }
 
@@ -466,7 +517,12 @@ async fn w4_dq(p: u64, sys: &str) -> W4Figures {
     let cancel_ns = ns_since(t2);
     let cancel_cpu = cpu_ns() - c2;
     check!(dq.is_empty(), "w4", sys, "{} left", dq.len());
-    check!(!poll_once(sentinel.as_mut(), &mut cx), "w4", sys, "sentinel fired");
+    check!(
+        !poll_once(sentinel.as_mut(), &mut cx),
+        "w4",
+        sys,
+        "sentinel fired"
+    );
     W4Figures {
         rss: rss1 - rss0,
         sched_ns,
@@ -506,7 +562,12 @@ async fn w4_sleep(p: u64, sys: &str) -> W4Figures {
     slots.clear(); // drops them in order: each is removed from the wheel
     let cancel_ns = ns_since(t2);
     let cancel_cpu = cpu_ns() - c2;
-    check!(!poll_once(sentinel.as_mut(), &mut cx), "w4", sys, "sentinel fired");
+    check!(
+        !poll_once(sentinel.as_mut(), &mut cx),
+        "w4",
+        sys,
+        "sentinel fired"
+    );
     W4Figures {
         rss: rss1 - rss0,
         sched_ns,
@@ -617,9 +678,22 @@ fn w5(a: &Args) {
     let st = lp.join().expect("loop thread");
     let cpu = cpu_ns() - c0;
     let w1 = syscw();
-    check!(st.count == m, "w5", sys, "{} callbacks, want {}", st.count, m);
+    check!(
+        st.count == m,
+        "w5",
+        sys,
+        "{} callbacks, want {}",
+        st.count,
+        m
+    );
     check!(st.off_loop == 0, "w5", sys, "{} off the loop", st.off_loop);
-    check!(st.out_of_order == 0, "w5", sys, "{} out of order", st.out_of_order);
+    check!(
+        st.out_of_order == 0,
+        "w5",
+        sys,
+        "{} out of order",
+        st.out_of_order
+    );
     let t_end = st.t_end.expect("end time");
     let ns = t_end.duration_since(t0).as_nanos() as f64;
     let mf = m as f64;
