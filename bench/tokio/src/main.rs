@@ -3,12 +3,13 @@
 //! timer wheel of tokio's runtime (`Sleep`) and tokio-util's `DelayQueue`.
 //!
 //! Usage: w_tokio <w1|w2|w4|w5> [key=value ...]
-//!   w1 N=1000000 warm=100000
+//!   w1 N=1000000 warm=100000 producer=main|task
 //!        a 2-worker multi-thread runtime; the main thread (the producer,
 //!        outside the runtime) spawns N tasks, each sleeping until its
 //!        deadline (now + uniform [0, 10 ms], computed at the spawn) and then
 //!        doing one atomic increment; time from the first spawn until the
-//!        counter reaches N.
+//!        counter reaches N. producer=task (a diagnostic, `tokio-intask`):
+//!        the producer is a task on one of the two workers.
 //!   w2 L=100000 R=1000000 warm=100000 mode=dq|dq-reset|sleep|sleep-reset
 //!        L live 60 s timers, R rounds on a uniformly random one:
 //!        dq:          DelayQueue::remove() + DelayQueue::insert(60 s);
@@ -213,28 +214,53 @@ struct W1Phase {
     cpu: i64,
 }
 
-fn w1_phase(rt: &Runtime, n: u64, rng: &mut Rng) -> W1Phase {
+/// One W1 task: sleeps until its deadline, then counts.
+async fn w1_task(deadline: Instant) {
+    sleep_until(deadline).await;
+    if Instant::now() < deadline {
+        W1_EARLY.fetch_add(1, Ordering::Relaxed);
+    }
+    if W1_COUNT.fetch_add(1, Ordering::AcqRel) + 1 == W1_TARGET.load(Ordering::Relaxed) {
+        let mut done = W1_DONE.lock().unwrap();
+        *done = Some(std::time::Instant::now());
+        W1_CV.notify_one();
+    }
+}
+
+/// Spawns the n tasks of a phase with `spawn`; returns the ns it took.
+fn w1_produce(n: u64, rng: &mut Rng, spawn: impl Fn(Instant)) -> i64 {
+    let t0 = std::time::Instant::now();
+    for _ in 0..n {
+        let delay = Duration::from_nanos(rng.below(10_000_000 + 1));
+        spawn(Instant::now() + delay);
+    }
+    ns_since(t0)
+}
+
+/// in_task: the producer is itself a task on the runtime (it spawns into
+/// its worker's local queue) instead of the main thread (the runtime's
+/// global inject queue, and a worker woken for it).
+fn w1_phase(rt: &Runtime, n: u64, rng: &mut Rng, in_task: bool) -> W1Phase {
     W1_COUNT.store(0, Ordering::SeqCst);
     W1_TARGET.store(n, Ordering::SeqCst);
     *W1_DONE.lock().unwrap() = None;
     let c0 = cpu_ns();
     let t0 = std::time::Instant::now();
-    for _ in 0..n {
-        let delay = Duration::from_nanos(rng.below(10_000_000 + 1));
-        let deadline = Instant::now() + delay;
-        rt.spawn(async move {
-            sleep_until(deadline).await;
-            if Instant::now() < deadline {
-                W1_EARLY.fetch_add(1, Ordering::Relaxed);
-            }
-            if W1_COUNT.fetch_add(1, Ordering::AcqRel) + 1 == W1_TARGET.load(Ordering::Relaxed) {
-                let mut done = W1_DONE.lock().unwrap();
-                *done = Some(std::time::Instant::now());
-                W1_CV.notify_one();
-            }
+    let mut producer = None;
+    let mut submit_ns = 0;
+    if in_task {
+        let mut r = Rng(rng.0);
+        producer = Some(rt.spawn(async move {
+            let ns = w1_produce(n, &mut r, |d| {
+                tokio::spawn(w1_task(d));
+            });
+            (r.0, ns)
+        }));
+    } else {
+        submit_ns = w1_produce(n, rng, |d| {
+            rt.spawn(w1_task(d));
         });
     }
-    let submit_ns = ns_since(t0);
     let mut done = W1_DONE.lock().unwrap();
     while done.is_none() {
         done = W1_CV.wait(done).unwrap();
@@ -242,6 +268,11 @@ fn w1_phase(rt: &Runtime, n: u64, rng: &mut Rng) -> W1Phase {
     let t_end = done.unwrap();
     drop(done);
     let cpu = cpu_ns() - c0;
+    if let Some(h) = producer {
+        let (state, ns) = rt.block_on(h).expect("producer task");
+        rng.0 = state;
+        submit_ns = ns;
+    }
     W1Phase {
         ns: t_end.duration_since(t0).as_nanos() as i64,
         submit_ns,
@@ -250,7 +281,9 @@ fn w1_phase(rt: &Runtime, n: u64, rng: &mut Rng) -> W1Phase {
 }
 
 fn w1(a: &Args) {
-    let (w, sys) = ("w1", "tokio");
+    // producer=task is a diagnostic (not run by run.sh): see w1_phase.
+    let in_task = a.str("producer").unwrap_or("main") == "task";
+    let (w, sys) = ("w1", if in_task { "tokio-intask" } else { "tokio" });
     let n = a.int("N", 1_000_000);
     let warm = a.int("warm", n / 10);
     check!(n > 0, w, sys, "N must be > 0");
@@ -261,9 +294,9 @@ fn w1(a: &Args) {
         .expect("tokio runtime");
     let mut rng = Rng::new();
     if warm > 0 {
-        w1_phase(&rt, warm, &mut rng);
+        w1_phase(&rt, warm, &mut rng, in_task);
     }
-    let ph = w1_phase(&rt, n, &mut rng);
+    let ph = w1_phase(&rt, n, &mut rng, in_task);
     let count = W1_COUNT.load(Ordering::SeqCst);
     check!(count == n, w, sys, "counter {} != {}", count, n);
     let early = W1_EARLY.load(Ordering::SeqCst);
