@@ -77,7 +77,8 @@ set grid
 set key outside right
 set xtics ('1k' 1000, '10k' 10000, '100k' 100000, '1M' 1000000)
 set xrange [700:1400000]
-plot for [i=2:$ncol] '$dat' using 1:i with linespoints lw 2 pt 7 title columnhead(i)
+# gnuplot has 8 colours: the 9th system on is dashed, with other points.
+plot for [i=2:$ncol] '$dat' using 1:i with linespoints lw 2 lt ((i-2)%8+1) dt i/10+1 pt (i < 10 ? 7 : 5) title columnhead(i)
 EOF
     echo "plots.sh: $dir/bench-w2-scaling.png"
 fi

@@ -27,7 +27,9 @@
 # What it does:
 #   1. installs missing Debian packages with apt (sudo if not root);
 #   2. builds bench/ (its own CMake project, chime compiled from src/ at
-#      -O2) into bench/build/ and the Java peers into bench/build/java/;
+#      -O2) into bench/build/, the Java peers into bench/build/java/ and
+#      the Tokio peer (bench/tokio/, Debian's cargo, offline) into
+#      bench/build/tokio/;
 #   3. runs every workload for every system, round-robin, N runs each;
 #      each program checks its invariants and a broken one stops the run;
 #   4. writes raw results (bench/results/results.csv: workload, size,
@@ -42,7 +44,11 @@
 # the lock-count build (bench/build/w_loop_scale_locks); without them those
 # rows are left out and the goal table says "not measured".
 # Dependencies: bash, awk, coreutils, cmake, a C compiler, JDK 17,
-# libevent, libuv, Netty (libnetty-java), gnuplot. No python.
+# libevent, libuv, Netty (libnetty-java), gnuplot. No python. Optional
+# peers, skipped (with a note under the table) when they cannot be built:
+# libev (libev-dev), and Tokio (Debian's cargo and rustc with the packaged
+# crates librust-tokio-dev and librust-tokio-util-dev, built offline
+# against /usr/share/cargo/registry: bench/tokio/.cargo/config.toml).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -72,7 +78,7 @@ while [ $# -gt 0 ]; do
     --no-install) install=0; shift ;;
     --wait-quiet) wait_quiet=30; shift ;;
     --wait-quiet=*) wait_quiet=${1#--wait-quiet=}; shift ;;
-    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 1 ;;
     esac
 done
@@ -128,13 +134,37 @@ install_packages() {
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
         apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
 }
-[ "$install" = 1 ] && install_packages
+# The optional peers' packages: a failed install only leaves those peers
+# out (noted under the table).
+install_optional() {
+    local pkgs=(libev-dev cargo rustc librust-tokio-dev librust-tokio-util-dev)
+    local missing=() p st sudo=()
+    for p in "${pkgs[@]}"; do
+        st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+        [ "$st" = installed ] || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    command -v apt-get >/dev/null 2>&1 || return 0
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || return 0
+        sudo=(sudo)
+    fi
+    echo "run.sh: installing ${missing[*]} (optional peers)"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+        </dev/null >"$LOGDIR/apt-optional.log" 2>&1 ||
+        echo "run.sh: could not install ${missing[*]}: those peers are skipped" >&2
+}
+if [ "$install" = 1 ]; then
+    install_packages
+    install_optional
+fi
 
 # ---- 2. build ---------------------------------------------------------------
 echo "run.sh: building into $BUILD"
 # The lock-count binary exists only if this configuration builds it: a
 # stale one from an older configuration must not be run.
-rm -f "$BUILD/w_loop_scale_locks"
+rm -f "$BUILD/w_loop_scale_locks" "$BUILD/w_libev"
 cmake -S "$HERE" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCHIME_ROOT="$CHIME_SRC" \
     >"$LOGDIR/cmake.log" 2>&1 ||
     { cat "$LOGDIR/cmake.log" >&2; exit 1; }
@@ -144,6 +174,51 @@ mkdir -p "$BUILD/java"
 javac -nowarn -d "$BUILD/java" -cp "$NETTY_JAR" \
     "$HERE/java/Stpe.java" "$HERE/java/Wheel.java"
 JAVA=(java -cp "$BUILD/java:$NETTY_JAR")
+
+# Optional peers: what cannot be built is left out, with a note under the
+# table (PEER_NOTES, written to $OUT/notes.md for tables.sh).
+PEER_NOTES=()
+LIBEV=""
+if [ -x "$BUILD/w_libev" ]; then
+    LIBEV=1
+else
+    PEER_NOTES+=("libev: not measured (ev.h or libev not found: Debian package libev-dev)")
+fi
+# Tokio: Debian's cargo and rustc (not a rustup toolchain earlier on PATH),
+# offline, against the packaged crates (bench/tokio/.cargo/config.toml).
+TOKIO=""
+TOKIO_BIN=$BUILD/tokio/release/w_tokio
+DEB_REGISTRY=/usr/share/cargo/registry
+build_tokio() {
+    rm -f "$TOKIO_BIN"
+    if [ ! -x /usr/bin/cargo ] || [ ! -x /usr/bin/rustc ]; then
+        PEER_NOTES+=("Tokio: not measured (no Debian cargo and rustc: packages cargo, rustc)")
+        return
+    fi
+    if ! compgen -G "$DEB_REGISTRY/tokio-1.*" >/dev/null ||
+        ! compgen -G "$DEB_REGISTRY/tokio-util-0.7.*" >/dev/null; then
+        PEER_NOTES+=("Tokio: not measured (no tokio / tokio-util in $DEB_REGISTRY: packages librust-tokio-dev, librust-tokio-util-dev)")
+        return
+    fi
+    echo "run.sh: building bench/tokio (offline, Debian's cargo) into $BUILD/tokio"
+    # Resolved afresh against the registry as it is now (the lock file is
+    # not kept: its checksums are the local registry's).
+    rm -f "$HERE/tokio/Cargo.lock"
+    if ! (cd "$HERE/tokio" && CARGO_TARGET_DIR="$BUILD/tokio" \
+        RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc \
+        /usr/bin/cargo build --release --offline) >"$LOGDIR/cargo.log" 2>&1 ||
+        [ ! -x "$TOKIO_BIN" ]; then
+        PEER_NOTES+=("Tokio: not measured (the offline cargo build failed: logs/cargo.log)")
+        return
+    fi
+    TOKIO=1
+}
+build_tokio
+# The version of a crate the Tokio build resolved (bench/tokio/Cargo.lock).
+crate_version() {
+    awk -v n="$1" '$1 == "name" && $3 == "\"" n "\"" { getline; gsub(/"/, "", $3); print $3; exit }' \
+        "$HERE/tokio/Cargo.lock" 2>/dev/null
+}
 
 # ---- machine ----------------------------------------------------------------
 {
@@ -159,6 +234,12 @@ JAVA=(java -cp "$BUILD/java:$NETTY_JAR")
     echo "java: $(java -version 2>&1 | sed -n 2p)"
     echo "libevent: $(pkg-config --modversion libevent_core)"
     echo "libuv: $(pkg-config --modversion libuv)"
+    echo "libev: $([ -n "$LIBEV" ] && dpkg-query -W -f='${Version}' libev-dev 2>/dev/null || echo "not measured")"
+    if [ -n "$TOKIO" ]; then
+        echo "tokio: $(crate_version tokio), tokio-util $(crate_version tokio-util) (Debian registry), $(/usr/bin/rustc --version)"
+    else
+        echo "tokio: not measured"
+    fi
     echo "timer slack (this shell): $(cat /proc/self/timerslack_ns 2>/dev/null || echo unknown) ns"
     echo "netty: $(dpkg-query -W -f='${Version}' libnetty-java 2>/dev/null || echo unknown)"
     echo "command: bash bench/run.sh${ARGS:+ $ARGS} ($runs runs)"
@@ -296,6 +377,14 @@ system_cmd() {
     libevent-once) SYSCMD=("$BUILD/w_libevent" "$w" mode=once) ;;
     libevent-active) SYSCMD=("$BUILD/w_libevent" "$w" mode=active) ;;
     libuv-async) SYSCMD=("$BUILD/w_libuv" "$w") ;;
+    libev-stopstart) SYSCMD=("$BUILD/w_libev" "$w" mode=stopstart) ;;
+    libev-again) SYSCMD=("$BUILD/w_libev" "$w" mode=again) ;;
+    libev-lazy) SYSCMD=("$BUILD/w_libev" "$w" mode=lazy) ;;
+    libev | libev-async) SYSCMD=("$BUILD/w_libev" "$w") ;;
+    tokio) SYSCMD=("$TOKIO_BIN" "$w") ;;
+    tokio-dq | tokio-dq-reset | tokio-sleep | tokio-sleep-reset)
+        SYSCMD=("$TOKIO_BIN" "$w" mode="${sys#tokio-}") ;;
+    tokio-mpsc) SYSCMD=("$TOKIO_BIN" "$w") ;;
     os-floor) SYSCMD=("$BUILD/w_floor" "$w") ;;
     os) SYSCMD=("$BUILD/w_floor" units) ;;
     # Diagnostics for W3: timer slack 1 ns (prctl) on chime's workers (set
@@ -316,12 +405,22 @@ fi
 echo "run.sh: this chime: ${TOUCH:-no chime_task_touch}; $([ -n "$LOCKS" ] &&
     echo "lock counts (w_loop_scale_locks)" || echo "no lock-count build")"
 
+# The optional peers of each workload, when built.
+EV_W2=""; EV_W4=""; EV_W5=""
+if [ -n "$LIBEV" ]; then
+    EV_W2="libev-stopstart libev-again libev-lazy"; EV_W4="libev"; EV_W5="libev-async"
+fi
+TK_W1=""; TK_W2=""; TK_W4=""; TK_W5=""
+if [ -n "$TOKIO" ]; then
+    TK_W1="tokio"; TK_W2="tokio-dq tokio-dq-reset tokio-sleep tokio-sleep-reset"
+    TK_W4="tokio-dq tokio-sleep"; TK_W5="tokio-mpsc"
+fi
 SYS_UNITS="os"
-SYS_W1="chime stpe"
-SYS_W2="chime chime-rearm stpe netty libevent-fresh libevent-prealloc libevent-common"
+SYS_W1="chime stpe $TK_W1"
+SYS_W2="chime chime-rearm stpe netty libevent-fresh libevent-prealloc libevent-common $EV_W2 $TK_W2"
 SYS_W3="chime stpe stpe-slack os-floor chime-slack os-floor-slack"
-SYS_W4="chime stpe netty libevent-fresh libevent-prealloc libevent-common"
-SYS_W5="chime-post chime-sched0 libevent-once libevent-active libuv-async"
+SYS_W4="chime stpe netty libevent-fresh libevent-prealloc libevent-common $EV_W4 $TK_W4"
+SYS_W5="chime-post chime-sched0 libevent-once libevent-active libuv-async $EV_W5 $TK_W5"
 SYS_W6="chime-rearm $TOUCH libevent libevent-precise"
 SYS_W7="chime-rearm $TOUCH ${TOUCH:+chime-touch-at }chime-cancel libevent-readd libevent-deladd libevent-common $LOCKS"
 
@@ -379,6 +478,11 @@ echo "run.sh: measurements took $((SECONDS - start)) s"
 # ---- 4. tables ----------------------------------------------------------------
 # Sizes of the main table, per workload.
 MAIN_SIZES="units=1 w1=$W1_N w2=$W2_L w3=$W3_TASKS w4=$W4_P w5=$W5_M w6=$W6_C"
+# Peers that could not be built: a note under the table (tables.sh).
+rm -f "$OUT/notes.md"
+if [ ${#PEER_NOTES[@]} -gt 0 ]; then
+    printf 'Peer skipped: %s.\n' "${PEER_NOTES[@]}" >"$OUT/notes.md"
+fi
 bash "$HERE/tables.sh" "$CSV" "$MAIN_SIZES" "$OUT"
 
 # ---- 5. plots ---------------------------------------------------------------

@@ -10,7 +10,8 @@
 # OUTDIR/w2-scaling-*.dat, OUTDIR/w4-scaling-*.dat and
 # OUTDIR/w7-scaling.dat (gnuplot data), OUTDIR/w3-median-runs.txt (which
 # run of each W3 system had the median p99: the one plotted), and prints
-# table.md and scaling.md.
+# table.md and scaling.md. OUTDIR/notes.md, if run.sh wrote one (peers it
+# could not build), is appended to table.md.
 set -euo pipefail
 csv=$1
 main_sizes=$2
@@ -339,6 +340,11 @@ END {
     }
     close(mr)
 }' "$csv"
+
+# Peers run.sh could not build (OUTDIR/notes.md): said under the table.
+if [ -s "$out/notes.md" ]; then
+    { echo; cat "$out/notes.md"; } >>"$out/table.md"
+fi
 
 echo
 cat "$out/table.md"
