@@ -39,7 +39,6 @@
 #include <uv.h>
 
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -50,6 +49,9 @@
 
 #define MS CHIME_MSEC
 #define MAX_CONNS 256
+
+#define EXAMPLE_NAME "uv_timeouts"
+#include "example_util.h"
 
 struct options {
     int conns, active, threads;
@@ -200,106 +202,37 @@ client_main(void *arg)
     return NULL;
 }
 
-static void
-usage(FILE *out)
-{
-    fprintf(out,
-            "Usage: uv_timeouts [options]\n"
-            "Opens --conns socket pairs watched by a libuv loop; each has an "
-            "idle timer\n"
-            "(a chime loop task) touched on every read. A client thread talks "
-            "on the\n"
-            "first --active ones for --run-ms; every connection is then "
-            "closed by its\n"
-            "timer. Exits 0 if every close came on time.\n"
-            "\n"
-            "  --conns N     connections to open (default 8, at most %d)\n"
-            "  --active N    of which the client talks on (default 4)\n"
-            "  --idle-ms N   idle timeout of a connection (default 300)\n"
-            "  --tick-ms N   the client's interval between bytes (default "
-            "50)\n"
-            "  --run-ms N    how long the client talks (default 1000)\n"
-            "  --threads N   chime worker threads (default 2)\n"
-            "  --help        this text\n",
-            MAX_CONNS);
-}
-
-static bool
-parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi)
-        return false;
-    *out = (int)v;
-    return true;
-}
-
 static bool
 parse_options(int argc, char **argv, struct options *o)
 {
-    static const struct option longopts[] = {
-        {"conns", required_argument, NULL, 'c'},
-        {"active", required_argument, NULL, 'a'},
-        {"idle-ms", required_argument, NULL, 'i'},
-        {"tick-ms", required_argument, NULL, 't'},
-        {"run-ms", required_argument, NULL, 'r'},
-        {"threads", required_argument, NULL, 'w'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    static const char about[] =
+        "Opens --conns socket pairs watched by a libuv loop; each has an idle\n"
+        "timer (a chime loop task) touched on every read. A client thread\n"
+        "talks on the first --active ones for --run-ms; every connection is\n"
+        "then closed by its timer. Exits 0 if every close came on time.\n";
+    long conns = 8, active = 4, idle = 300, tick = 50, run = 1000, threads = 2;
+    const struct ex_opt opts[] = {
+        EX_NUM("conns", &conns, 1, MAX_CONNS,
+               "connections to open, at most " EX_STR(MAX_CONNS)),
+        EX_NUM("active", &active, 0, MAX_CONNS, "of which the client talks on"),
+        EX_NUM("idle-ms", &idle, 1, 3600000, "idle timeout of a connection"),
+        EX_NUM("tick-ms", &tick, 1, 999, "the client's interval between bytes"),
+        EX_NUM("run-ms", &run, 0, 3600000, "how long the client talks"),
+        EX_NUM("threads", &threads, 1, 64, "chime worker threads"),
+        {0},
     };
-    int idle = 300, tick = 50, run = 1000;
-    *o = (struct options){.conns = 8, .active = 4, .threads = 2};
-    int ch;
-    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        bool ok = true;
-        switch (ch) {
-        case 'c':
-            ok = parse_int(optarg, 1, MAX_CONNS, &o->conns);
-            break;
-        case 'a':
-            ok = parse_int(optarg, 0, MAX_CONNS, &o->active);
-            break;
-        case 'i':
-            ok = parse_int(optarg, 1, 3600000, &idle);
-            break;
-        case 't':
-            ok = parse_int(optarg, 1, 999, &tick);
-            break;
-        case 'r':
-            ok = parse_int(optarg, 0, 3600000, &run);
-            break;
-        case 'w':
-            ok = parse_int(optarg, 1, 64, &o->threads);
-            break;
-        case 'h':
-            usage(stdout);
-            exit(0);
-        default:
-            usage(stderr);
-            return false;
-        }
-        if (!ok) {
-            fprintf(stderr, "uv_timeouts: bad value '%s'\n", optarg);
-            return false;
-        }
-    }
-    if (optind != argc || o->active > o->conns) {
-        usage(stderr);
+    ex_parse_options(argc, argv, about, opts);
+    if (active > conns) {
+        ex_usage(stderr, about, opts);
         return false;
     }
-    o->idle_ns = idle * MS;
-    o->tick_ns = tick * MS;
-    o->run_ns = run * MS;
+    *o = (struct options){.conns = (int)conns,
+                          .active = (int)active,
+                          .threads = (int)threads,
+                          .idle_ns = idle * MS,
+                          .tick_ns = tick * MS,
+                          .run_ns = run * MS};
     return true;
-}
-
-static void
-die(const char *what, int rc)
-{
-    fprintf(stderr, "uv_timeouts: %s: %s\n", what, chime_strerror(rc));
-    exit(1);
 }
 
 int
@@ -315,44 +248,44 @@ main(int argc, char **argv)
     po.threads = (unsigned)o->threads;
     int rc = chime_pool_new(&po, &srv.pool);
     if (rc != 0)
-        die("chime_pool_new", rc);
+        ex_die("chime_pool_new", rc);
     if (uv_loop_init(&srv.uvl) != 0)
-        die("uv_loop_init", -EIO);
+        ex_die("uv_loop_init", -EIO);
     /* Before uv_run: any thread may attach. */
     rc = chime_uv_attach(srv.pool, &srv.uvl, NULL, &srv.cu);
     if (rc != 0)
-        die("chime_uv_attach", rc);
+        ex_die("chime_uv_attach", rc);
     srv.loop = chime_uv_loop(srv.cu);
     srv.loop_thread = pthread_self();
 
     for (int i = 0; i < o->conns; i++) {
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-            die("socketpair", -errno);
+            ex_die("socketpair", -errno);
         struct conn *c = calloc(1, sizeof *c);
         if (!c)
-            die("calloc", -ENOMEM);
+            ex_die("calloc", -ENOMEM);
         *c = (struct conn){.srv = &srv, .fd = sv[0], .id = i};
         srv.client_fd[i] = sv[1];
         if (uv_poll_init(&srv.uvl, &c->poll, c->fd) != 0)
-            die("uv_poll_init", -EIO);
+            ex_die("uv_poll_init", -EIO);
         c->poll.data = c;
         uv_poll_start(&c->poll, UV_READABLE, on_readable);
         c->last_active = chime_now_ns();
         rc = chime_loop_schedule(srv.loop, on_idle, c, o->idle_ns, &c->idle);
         if (rc != 0)
-            die("chime_loop_schedule", rc);
+            ex_die("chime_loop_schedule", rc);
         srv.open++;
     }
     chime_task *worker = NULL;
     rc = chime_pool_schedule_at_fixed_rate(srv.pool, worker_tick, &srv, 50 * MS,
                                            50 * MS, &worker);
     if (rc != 0)
-        die("chime_pool_schedule_at_fixed_rate", rc);
+        ex_die("chime_pool_schedule_at_fixed_rate", rc);
 
     pthread_t client;
     if (pthread_create(&client, NULL, client_main, &srv) != 0)
-        die("pthread_create", -EAGAIN);
+        ex_die("pthread_create", -EAGAIN);
 
     int64_t t0 = chime_now_ns();
     uv_run(&srv.uvl, UV_RUN_DEFAULT); /* until the last timer detached */
@@ -380,7 +313,7 @@ main(int argc, char **argv)
     }
     rc = chime_pool_destroy(srv.pool);
     if (rc != 0)
-        die("chime_pool_destroy", rc);
+        ex_die("chime_pool_destroy", rc);
 
     /* The active connections outlive the idle ones when the client talked
      * longer than a couple of its ticks. */
