@@ -9,6 +9,7 @@
  *   variable holds before parsing).
  * - ex_die(), ex_xrealloc(): report a failure and exit 1.
  * - ex_cmp_i64(), ex_pct_us(): percentiles of sorted nanosecond samples.
+ * - ex_tv_of(): nanoseconds as a struct timeval.
  *
  * The including file defines EXAMPLE_NAME (its program name, used as the
  * prefix of every message) before the #include. Everything here is static
@@ -31,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 /* Prints "<program>: <what>: <chime_strerror(rc)>" and exits 1. */
 static inline void
@@ -197,6 +199,17 @@ ex_parse_options(int argc, char **argv, const char *about,
         ex_usage(stderr, about, opts);
         exit(2);
     }
+}
+
+/* A duration in ns as a struct timeval (libevent's timeouts); 0 if
+ * negative. */
+static inline struct timeval
+ex_tv_of(int64_t ns)
+{
+    if (ns < 0)
+        ns = 0;
+    return (struct timeval){.tv_sec = ns / CHIME_SEC,
+                            .tv_usec = (ns % CHIME_SEC) / CHIME_USEC};
 }
 
 /* qsort's comparison of int64_t. */

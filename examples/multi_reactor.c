@@ -387,15 +387,6 @@ struct load {
 
 static void client_start(struct client *cl);
 
-static struct timeval
-tv_of(int64_t ns)
-{
-    if (ns < 0)
-        ns = 0;
-    return (struct timeval){.tv_sec = ns / CHIME_SEC,
-                            .tv_usec = (ns % CHIME_SEC) / CHIME_USEC};
-}
-
 static void
 client_send(struct client *cl)
 {
@@ -444,7 +435,7 @@ c_read(struct bufferevent *bev, void *arg)
     ld->rng = ld->rng * 6364136223846793005u + 1442695040888963407u;
     int64_t pause =
         idle / 10 + (int64_t)((ld->rng >> 33) % (uint64_t)(idle / 10 + 1));
-    struct timeval tv = tv_of(pause);
+    struct timeval tv = ex_tv_of(pause);
     evtimer_add(cl->pace, &tv);
 }
 
@@ -573,9 +564,9 @@ load_main(void *arg)
     ld->deadline = evtimer_new(ld->base, c_deadline, ld);
     if (!ld->stop || !ld->deadline)
         ex_die("evtimer_new", -ENOMEM);
-    struct timeval stop = tv_of(ld->run_ns),
-                   dl = tv_of(ld->run_ns + 2 * ld->app->idle_ns +
-                              10 * CHIME_SEC);
+    struct timeval stop = ex_tv_of(ld->run_ns),
+                   dl = ex_tv_of(ld->run_ns + 2 * ld->app->idle_ns +
+                                 10 * CHIME_SEC);
     evtimer_add(ld->stop, &stop);
     evtimer_add(ld->deadline, &dl);
     for (int i = 0; i < ld->n; i++)

@@ -481,15 +481,6 @@ struct load {
 
 static void client_start(struct client *cl);
 
-static struct timeval
-tv_of(int64_t ns)
-{
-    if (ns < 0)
-        ns = 0;
-    return (struct timeval){.tv_sec = ns / CHIME_SEC,
-                            .tv_usec = (ns % CHIME_SEC) / CHIME_USEC};
-}
-
 static void
 load_finish(struct load *ld)
 {
@@ -549,7 +540,7 @@ c_read(struct bufferevent *bev, void *arg)
         ld->rng = ld->rng * 6364136223846793005u + 1442695040888963407u;
         int64_t pause =
             SEND_MIN + (int64_t)((ld->rng >> 33) % (uint64_t)SEND_SPREAD);
-        struct timeval tv = tv_of(pause);
+        struct timeval tv = ex_tv_of(pause);
         evtimer_add(cl->pace, &tv);
     }
 }
@@ -623,7 +614,7 @@ c_ramp(evutil_socket_t fd, short what, void *arg)
     for (int k = 0; k < batch && ld->next < ld->n && !ld->stopping; k++)
         client_start(&ld->c[ld->next++]);
     if (ld->next < ld->n && !ld->stopping) {
-        struct timeval tv = tv_of(RAMP_TICK);
+        struct timeval tv = ex_tv_of(RAMP_TICK);
         evtimer_add(ld->ramp, &tv);
     }
 }
@@ -678,8 +669,8 @@ load_main(void *arg)
     if (!ld->ramp || !ld->stop || !ld->deadline)
         ex_die("evtimer_new", -ENOMEM);
     ld->t0 = chime_now_ns();
-    struct timeval now = tv_of(0), stop = tv_of(ld->run_ns),
-                   dl = tv_of(ld->run_ns + ld->idle_ns + 5 * CHIME_SEC);
+    struct timeval now = ex_tv_of(0), stop = ex_tv_of(ld->run_ns),
+                   dl = ex_tv_of(ld->run_ns + ld->idle_ns + 5 * CHIME_SEC);
     evtimer_add(ld->ramp, &now);
     evtimer_add(ld->stop, &stop);
     evtimer_add(ld->deadline, &dl);
