@@ -46,13 +46,15 @@
 
 #include <event2/event.h>
 
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define EXAMPLE_NAME "cache_evict"
+#include "example_util.h"
 
 /* ------------------------------------------------------------------------ */
 /* The cache: index-linked entries, chained hash, LRU list. Loop thread only */
@@ -445,86 +447,33 @@ stop_loop(chime_task *self, void *arg, void **result)
     return 0;
 }
 
-static void
-die(const char *what, int rc)
-{
-    fprintf(stderr, "cache_evict: %s: %s\n", what, chime_strerror(rc));
-    exit(1);
-}
-
-static long
-parse_num(const char *opt, const char *val, long min, long max)
-{
-    char *end;
-    long v = strtol(val, &end, 10);
-    if (*val == '\0' || *end != '\0' || v < min || v > max) {
-        fprintf(stderr, "cache_evict: %s: expected %ld..%ld, got '%s'\n", opt,
-                min, max, val);
-        exit(2);
-    }
-    return v;
-}
-
-static const char usage[] =
-    "usage: cache_evict [options]\n"
-    "A TTL + LRU cache owned by a libevent loop; a worker finds expired\n"
-    "entries on an immutable snapshot and the loop evicts them after a\n"
-    "re-check. Exits 0 when no entry outlived its expiry by more than two\n"
-    "scan periods.\n"
-    "  --seconds N    length of the run, in seconds (default 2)\n"
-    "  --ttl-ms N     time to live of an entry, in ms; at least two scan\n"
-    "                 periods (default 300)\n"
-    "  --scan-ms N    period of the worker's scan, in ms (default 100)\n"
-    "  --capacity N   most entries in the cache; a smaller one makes the\n"
-    "                 LRU drop entries too (default 32768)\n"
-    "  --quiet        no line per scan pass, only the summary (default:\n"
-    "                 off)\n"
-    "  --help         print this and exit\n";
-
 int
 main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"seconds", required_argument, NULL, 's'},
-        {"ttl-ms", required_argument, NULL, 't'},
-        {"scan-ms", required_argument, NULL, 'p'},
-        {"capacity", required_argument, NULL, 'c'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     long seconds = 2, ttl_ms = 300, scan_ms = 100, capacity = 32768;
     bool quiet = false;
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 's':
-            seconds = parse_num("--seconds", optarg, 1, 3600);
-            break;
-        case 't':
-            ttl_ms = parse_num("--ttl-ms", optarg, 1, 3600000);
-            break;
-        case 'p':
-            scan_ms = parse_num("--scan-ms", optarg, 1, 3600000);
-            break;
-        case 'c':
-            capacity = parse_num("--capacity", optarg, 1, 1 << 24);
-            break;
-        case 'q':
-            quiet = true;
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            fputs(usage, stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fputs(usage, stderr);
-        return 2;
-    }
+    const struct ex_opt cli[] = {
+        EX_NUM("seconds", &seconds, 1, 3600, "length of the run, in seconds"),
+        EX_NUM("ttl-ms", &ttl_ms, 1, 3600000,
+               "time to live of an entry, in ms; at least two scan\n"
+               "periods"),
+        EX_NUM("scan-ms", &scan_ms, 1, 3600000,
+               "period of the worker's scan, in ms"),
+        EX_NUM("capacity", &capacity, 1, 1 << 24,
+               "most entries in the cache; a smaller one makes the\n"
+               "LRU drop entries too"),
+        EX_FLAG("quiet", &quiet, "no line per scan pass, only the summary"),
+        {0},
+    };
+    ex_parse_options(argc, argv,
+                     "A TTL + LRU cache owned by a libevent loop; a worker "
+                     "finds expired\n"
+                     "entries on an immutable snapshot and the loop evicts "
+                     "them after a\n"
+                     "re-check. Exits 0 when no entry outlived its expiry by "
+                     "more than two\n"
+                     "scan periods.\n",
+                     cli);
     if (ttl_ms < 2 * scan_ms) {
         fprintf(stderr, "cache_evict: --ttl-ms must be at least two scan "
                         "periods (see the bound in the header comment)\n");
@@ -541,7 +490,7 @@ main(int argc, char **argv)
     a.snap = malloc(capacity * sizeof(*a.snap));
     a.victims = malloc(capacity * sizeof(*a.victims));
     if (!a.snap || !a.victims)
-        die("malloc", -ENOMEM);
+        ex_die("malloc", -ENOMEM);
 
     chime_pool_options opts;
     chime_pool_options_init(&opts);
@@ -551,12 +500,12 @@ main(int argc, char **argv)
     chime_event *binding;
     int rc;
     if ((rc = chime_pool_new(&opts, &pool)) != 0)
-        die("chime_pool_new", rc);
+        ex_die("chime_pool_new", rc);
     a.base = event_base_new();
     if (!a.base)
-        die("event_base_new", -ENOMEM);
+        ex_die("event_base_new", -ENOMEM);
     if ((rc = chime_event_attach(pool, a.base, NULL, &binding)) != 0)
-        die("chime_event_attach", rc);
+        ex_die("chime_event_attach", rc);
     a.loop = chime_event_loop(binding);
 
     printf("cache_evict (chime %s): TTL %ld ms, capacity %ld, %d ops/s on the "
@@ -572,16 +521,16 @@ main(int argc, char **argv)
     chime_task *t_traffic, *t_check, *t_stop, *t_scan;
     if ((rc = chime_loop_schedule_at_fixed_rate(a.loop, traffic, &a, 0, TICK_NS,
                                                 &t_traffic)) != 0)
-        die("schedule traffic", rc);
+        ex_die("schedule traffic", rc);
     if ((rc = chime_loop_schedule_at_fixed_rate(
              a.loop, check_task, &a, CHECK_NS, CHECK_NS, &t_check)) != 0)
-        die("schedule check", rc);
+        ex_die("schedule check", rc);
     if ((rc = chime_loop_schedule(a.loop, stop_loop, &a, seconds * CHIME_SEC,
                                   &t_stop)) != 0)
-        die("schedule stop", rc);
+        ex_die("schedule stop", rc);
     if ((rc = chime_pool_schedule_at_fixed_rate(pool, scan, &a, a.scan_ns,
                                                 a.scan_ns, &t_scan)) != 0)
-        die("schedule scan", rc);
+        ex_die("schedule scan", rc);
 
     event_base_dispatch(a.base);
 
@@ -600,10 +549,10 @@ main(int argc, char **argv)
         chime_task_release(tasks[i]);
     }
     if ((rc = chime_event_detach(binding)) != 0)
-        die("chime_event_detach", rc);
+        ex_die("chime_event_detach", rc);
     event_base_free(a.base);
     if ((rc = chime_pool_destroy(pool)) != 0)
-        die("chime_pool_destroy", rc);
+        ex_die("chime_pool_destroy", rc);
 
     double per = a.scanned > 0 ? (double)a.scanned : 1.0;
     struct cache *c = &a.cache;

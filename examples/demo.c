@@ -14,11 +14,13 @@
  */
 #include <chime/chime.h>
 
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#define EXAMPLE_NAME "demo"
+#include "example_util.h"
 
 enum job_kind { JOB_ONCE, JOB_RATE, JOB_DELAY };
 
@@ -142,34 +144,17 @@ report(const char *name, chime_task *task, int rc, const struct job *j)
            atomic_load(&j->runs));
 }
 
-static const char usage[] =
-    "usage: demo [options]\n"
+static const char about[] =
     "A pool of two workers runs five timers for about 0.75 s (one-shot,\n"
     "fixed rate, fixed delay, one cancelled, one re-armed) and prints when\n"
     "each run was due and when it ran. Exits 0 when every task behaved as\n"
-    "described. It has no other option.\n"
-    "  --help         print this and exit\n";
+    "described. It has no other option.\n";
 
 int
 main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        if (opt == 'h') {
-            fputs(usage, stdout);
-            return 0;
-        }
-        fputs(usage, stderr);
-        return 2;
-    }
-    if (optind < argc) {
-        fputs(usage, stderr);
-        return 2;
-    }
+    static const struct ex_opt no_options[] = {{0}};
+    ex_parse_options(argc, argv, about, no_options);
 
     struct job once = {
         .name = "once", .kind = JOB_ONCE, .first_ns = 100 * CHIME_MSEC};

@@ -38,7 +38,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -50,6 +49,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#define EXAMPLE_NAME "echo_idle"
+#include "example_util.h"
 
 struct conn {
     struct server *srv;
@@ -72,13 +74,6 @@ struct server {
     uint64_t failures; /* chime calls that failed where they must not */
     bool stopped_by_deadline;
 };
-
-static void
-die(const char *what, int rc)
-{
-    fprintf(stderr, "echo_idle: %s: %s\n", what, chime_strerror(rc));
-    exit(1);
-}
 
 static void
 conn_free(struct conn *c)
@@ -409,68 +404,32 @@ selftest_main(void *arg)
 
 /* ------------------------------------------------------------------------ */
 
-static long
-parse_num(const char *opt, const char *val, long min, long max)
-{
-    char *end;
-    long v = strtol(val, &end, 10);
-    if (*val == '\0' || *end != '\0' || v < min || v > max) {
-        fprintf(stderr, "echo_idle: %s: expected %ld..%ld, got '%s'\n", opt,
-                min, max, val);
-        exit(2);
-    }
-    return v;
-}
-
-static const char usage[] =
-    "usage: echo_idle [options]\n"
-    "An echo server on 127.0.0.1 (an ephemeral port, printed) that closes\n"
-    "connections idle for --idle-ms; a stats line every second.\n"
-    "  --idle-ms N    close a connection after N ms without input\n"
-    "                 (default 2000)\n"
-    "  --seconds N    stop after N seconds (default: run until SIGINT or\n"
-    "                 SIGTERM)\n"
-    "  --self-test    connect 3 active and 3 idle clients from a client\n"
-    "                 thread, stop when done; exit 0 if exactly the idle\n"
-    "                 ones were closed, on time (default: off)\n"
-    "  --help         print this and exit\n";
-
 int
 main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"idle-ms", required_argument, NULL, 'i'},
-        {"seconds", required_argument, NULL, 's'},
-        {"self-test", no_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     long idle_ms = 2000, seconds = 0;
     bool self_test = false;
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'i':
-            idle_ms = parse_num("--idle-ms", optarg, 1, 3600000);
-            break;
-        case 's':
-            seconds = parse_num("--seconds", optarg, 1, 1000000);
-            break;
-        case 't':
-            self_test = true;
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            fputs(usage, stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fputs(usage, stderr);
-        return 2;
-    }
+    const struct ex_opt cli[] = {
+        EX_NUM("idle-ms", &idle_ms, 1, 3600000,
+               "close a connection after N ms without input"),
+        {.name = "seconds",
+         .num = &seconds,
+         .min = 1,
+         .max = 1000000,
+         .help = "stop after N seconds",
+         .deflt = "0: run until SIGINT or SIGTERM"},
+        EX_FLAG("self-test", &self_test,
+                "connect 3 active and 3 idle clients from a client\n"
+                "thread, stop when done; exit 0 if exactly the idle\n"
+                "ones were closed, on time"),
+        {0},
+    };
+    ex_parse_options(argc, argv,
+                     "An echo server on 127.0.0.1 (an ephemeral port, "
+                     "printed) that closes\n"
+                     "connections idle for --idle-ms; a stats line every "
+                     "second.\n",
+                     cli);
     /* A peer that closes while we echo must not kill the server. */
     signal(SIGPIPE, SIG_IGN);
 
@@ -479,12 +438,12 @@ main(int argc, char **argv)
     chime_event *binding;
     int rc;
     if ((rc = chime_pool_new(NULL, &pool)) != 0) /* one worker keeps time */
-        die("chime_pool_new", rc);
+        ex_die("chime_pool_new", rc);
     srv.base = event_base_new();
     if (!srv.base)
-        die("event_base_new", -ENOMEM);
+        ex_die("event_base_new", -ENOMEM);
     if ((rc = chime_event_attach(pool, srv.base, NULL, &binding)) != 0)
-        die("chime_event_attach", rc);
+        ex_die("chime_event_attach", rc);
     srv.loop = chime_event_loop(binding);
 
     struct sockaddr_in sin = {.sin_family = AF_INET};
@@ -493,7 +452,7 @@ main(int argc, char **argv)
         srv.base, on_accept, &srv, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE,
         1024, (struct sockaddr *)&sin, sizeof(sin));
     if (!srv.listener)
-        die("listen on 127.0.0.1", -errno);
+        ex_die("listen on 127.0.0.1", -errno);
     socklen_t sl = sizeof(sin);
     getsockname(evconnlistener_get_fd(srv.listener), (struct sockaddr *)&sin,
                 &sl);
@@ -508,14 +467,14 @@ main(int argc, char **argv)
         evsignal_new(srv.base, SIGTERM, on_signal, srv.base);
     if (!sigint || !sigterm || event_add(sigint, NULL) != 0 ||
         event_add(sigterm, NULL) != 0)
-        die("signal events", -ENOMEM);
+        ex_die("signal events", -ENOMEM);
 
     chime_task *stats_task = NULL, *stop_task = NULL;
     srv.t0 = chime_now_ns();
     if ((rc = chime_loop_schedule_at_fixed_rate(srv.loop, print_stats, &srv,
                                                 CHIME_SEC, CHIME_SEC,
                                                 &stats_task)) != 0)
-        die("schedule stats", rc);
+        ex_die("schedule stats", rc);
 
     struct selftest st = {
         .port = port, .idle_ns = srv.idle_ns, .loop = srv.loop, .srv = &srv};
@@ -526,13 +485,13 @@ main(int argc, char **argv)
         if ((rc = chime_loop_schedule(srv.loop, stop_on_deadline, &srv,
                                       4 * srv.idle_ns + 10 * CHIME_SEC,
                                       &stop_task)) != 0)
-            die("schedule deadline", rc);
+            ex_die("schedule deadline", rc);
         if ((rc = pthread_create(&client, NULL, selftest_main, &st)) != 0)
-            die("pthread_create", -rc);
+            ex_die("pthread_create", -rc);
     } else if (seconds > 0) {
         if ((rc = chime_loop_schedule(srv.loop, stop_loop, &srv,
                                       seconds * CHIME_SEC, &stop_task)) != 0)
-            die("schedule stop", rc);
+            ex_die("schedule stop", rc);
     }
 
     event_base_dispatch(srv.base);
@@ -556,13 +515,13 @@ main(int argc, char **argv)
     /* Order: detach (closes the binding), free the base, destroy the pool
      * (see chime/event.h). */
     if ((rc = chime_event_detach(binding)) != 0)
-        die("chime_event_detach", rc);
+        ex_die("chime_event_detach", rc);
     event_free(sigint);
     event_free(sigterm);
     evconnlistener_free(srv.listener);
     event_base_free(srv.base);
     if ((rc = chime_pool_destroy(pool)) != 0)
-        die("chime_pool_destroy", rc);
+        ex_die("chime_pool_destroy", rc);
 
     printf("served %" PRIu64 " connections: %" PRIu64 " closed idle, %" PRIu64
            " closed by the peer, %" PRIu64 " open at exit\n",

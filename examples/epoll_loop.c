@@ -16,7 +16,6 @@
  */
 #include <chime/chime.h>
 
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +24,9 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <unistd.h>
+
+#define EXAMPLE_NAME "epoll_loop"
+#include "example_util.h"
 
 #define RATE_RUNS 5
 
@@ -151,34 +153,17 @@ work_done(void)
     return once_runs == 1 && rate_runs == RATE_RUNS && posted_runs == 1;
 }
 
-static const char usage[] =
-    "usage: epoll_loop [options]\n"
+static const char about[] =
     "A loop binding driven by a raw epoll loop on the main thread (no\n"
     "libevent): loop one-shots, a fixed-rate loop task, a loop task\n"
     "cancelled before it is due and a post from a worker, all checked to\n"
-    "run on the epoll thread. Exits 0 when they did. No other option.\n"
-    "  --help         print this and exit\n";
+    "run on the epoll thread. Exits 0 when they did. No other option.\n";
 
 int
 main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        if (opt == 'h') {
-            fputs(usage, stdout);
-            return 0;
-        }
-        fputs(usage, stderr);
-        return 2;
-    }
-    if (optind < argc) {
-        fputs(usage, stderr);
-        return 2;
-    }
+    static const struct ex_opt no_options[] = {{0}};
+    ex_parse_options(argc, argv, about, no_options);
 
     chime_pool_options opts;
     chime_pool_options_init(&opts);

@@ -24,7 +24,6 @@
 #include <glib-unix.h>
 
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -36,6 +35,9 @@
 
 #define MS CHIME_MSEC
 #define MAX_CONNS 1024
+
+#define EXAMPLE_NAME "glib_timeouts"
+#include "example_util.h"
 
 typedef struct options {
     int conns;
@@ -216,90 +218,61 @@ guard_fn(gpointer arg)
 }
 
 static void
-usage(FILE *f, const char *prog)
-{
-    fprintf(f,
-            "usage: %s [options]\n"
-            "Connection idle timeouts as chime loop tasks on a GLib main "
-            "loop; exits 0 if\nevery check holds.\n\n"
-            "  -c, --conns N       connections, socketpairs watched by the "
-            "loop (default 8,\n"
-            "                      at most %d)\n"
-            "  -a, --active N      how many of them get traffic from the "
-            "worker (default 4)\n"
-            "  -i, --idle-ms MS    idle timeout of a connection (default "
-            "200)\n"
-            "  -t, --tick-ms MS    interval between an active client's "
-            "bytes; less than\n"
-            "                      --idle-ms (default 40)\n"
-            "  -d, --active-ms MS  how long the active clients send "
-            "(default 600)\n"
-            "  -q, --quiet         print only failures and the summary\n"
-            "  -h, --help          this text\n",
-            prog, MAX_CONNS);
-}
-
-static int
-int_arg(const char *s, const char *name, int min, int max)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < min || v > max) {
-        fprintf(stderr, "glib_timeouts: --%s: %d..%d expected, got '%s'\n",
-                name, min, max, s);
-        exit(2);
-    }
-    return (int)v;
-}
-
-static void
 parse(int argc, char **argv)
 {
-    static const struct option longs[] = {
-        {"conns", required_argument, NULL, 'c'},
-        {"active", required_argument, NULL, 'a'},
-        {"idle-ms", required_argument, NULL, 'i'},
-        {"tick-ms", required_argument, NULL, 't'},
-        {"active-ms", required_argument, NULL, 'd'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    static const char about[] =
+        "Connection idle timeouts as chime loop tasks on a GLib main loop; "
+        "exits 0 if\nevery check holds.\n\n";
+    long conns = opt.conns, active = opt.active, idle_ms = opt.idle_ms,
+         tick_ms = opt.tick_ms, active_ms = opt.active_ms;
+    const struct ex_opt opts[] = {
+        {.name = "conns",
+         .letter = 'c',
+         .num = &conns,
+         .min = 1,
+         .max = MAX_CONNS,
+         .help = "connections, socketpairs watched by the loop\n"
+                 "(at most " EX_STR(MAX_CONNS) ")"},
+        {.name = "active",
+         .letter = 'a',
+         .num = &active,
+         .min = 0,
+         .max = MAX_CONNS,
+         .help = "how many of them get traffic from the worker"},
+        {.name = "idle-ms",
+         .letter = 'i',
+         .arg = "MS",
+         .num = &idle_ms,
+         .min = 1,
+         .max = 3600 * 1000,
+         .help = "idle timeout of a connection"},
+        {.name = "tick-ms",
+         .letter = 't',
+         .arg = "MS",
+         .num = &tick_ms,
+         .min = 1,
+         .max = 3600 * 1000,
+         .help = "interval between an active client's bytes; less\n"
+                 "than --idle-ms"},
+        {.name = "active-ms",
+         .letter = 'd',
+         .arg = "MS",
+         .num = &active_ms,
+         .min = 0,
+         .max = 3600 * 1000,
+         .help = "how long the active clients send"},
+        {.name = "quiet",
+         .letter = 'q',
+         .flag = &opt.quiet,
+         .help = "print only failures and the summary"},
+        {0},
     };
-    int ch;
-    while ((ch = getopt_long(argc, argv, "c:a:i:t:d:qh", longs, NULL)) != -1) {
-        switch (ch) {
-        case 'c':
-            opt.conns = int_arg(optarg, "conns", 1, MAX_CONNS);
-            break;
-        case 'a':
-            opt.active = int_arg(optarg, "active", 0, MAX_CONNS);
-            break;
-        case 'i':
-            opt.idle_ms = int_arg(optarg, "idle-ms", 1, 3600 * 1000);
-            break;
-        case 't':
-            opt.tick_ms = int_arg(optarg, "tick-ms", 1, 3600 * 1000);
-            break;
-        case 'd':
-            opt.active_ms = int_arg(optarg, "active-ms", 0, 3600 * 1000);
-            break;
-        case 'q':
-            opt.quiet = true;
-            break;
-        case 'h':
-            usage(stdout, argv[0]);
-            exit(0);
-        default:
-            usage(stderr, argv[0]);
-            exit(2);
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "glib_timeouts: unexpected argument '%s'\n",
-                argv[optind]);
-        exit(2);
-    }
+    ex_parse_options(argc, argv, about, opts);
+    opt.conns = (int)conns;
+    opt.active = (int)active;
+    opt.idle_ms = (int)idle_ms;
+    opt.tick_ms = (int)tick_ms;
+    opt.active_ms = (int)active_ms;
     if (opt.active > opt.conns)
         opt.active = opt.conns;
     if (opt.tick_ms >= opt.idle_ms) {

@@ -43,7 +43,6 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -56,27 +55,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#define EXAMPLE_NAME "multi_reactor"
+#include "example_util.h"
+
 #define MAX_LOOPS 64
 #define IDLE_EVERY 4 /* one client in 4 goes quiet after its first echo */
 
 static const char ping[] = "ping 0123456789\n";
 #define PING_LEN (sizeof(ping) - 1)
-
-static void
-die(const char *what, int rc)
-{
-    fprintf(stderr, "multi_reactor: %s: %s\n", what, chime_strerror(rc));
-    exit(1);
-}
-
-static void *
-xrealloc(void *p, size_t n)
-{
-    p = realloc(p, n);
-    if (!p)
-        die("realloc", -ENOMEM);
-    return p;
-}
 
 /* ======================================================================== */
 /* Reactors                                                                  */
@@ -175,7 +161,8 @@ on_idle(chime_task *self, void *arg, void **result)
         r->timeouts_on_active++;
     if (r->nlat == r->caplat) {
         r->caplat = r->caplat ? 2 * r->caplat : 256;
-        r->lateness = xrealloc(r->lateness, r->caplat * sizeof(*r->lateness));
+        r->lateness =
+            ex_xrealloc(r->lateness, r->caplat * sizeof(*r->lateness));
     }
     r->lateness[r->nlat++] = late;
     r->timeouts++;
@@ -339,15 +326,15 @@ reactor_main(void *arg)
     r->thread = pthread_self();
     r->base = event_base_new();
     if (!r->base)
-        die("event_base_new", -ENOMEM);
+        ex_die("event_base_new", -ENOMEM);
     /* One binding per loop, made and claimed on the loop's own thread
      * before anyone else can see it (chime_loop_set_thread: this thread
      * is the loop thread even before its first dispatch). */
     if ((rc = chime_event_attach(a->pool, r->base, NULL, &r->binding)) != 0)
-        die("chime_event_attach", rc);
+        ex_die("chime_event_attach", rc);
     r->loop = chime_event_loop(r->binding);
     if ((rc = chime_loop_set_thread(r->loop)) != 0)
-        die("chime_loop_set_thread", rc);
+        ex_die("chime_loop_set_thread", rc);
     pthread_mutex_lock(&a->mu);
     a->ready++;
     pthread_cond_broadcast(&a->cv);
@@ -362,7 +349,7 @@ reactor_main(void *arg)
         conn_close(r->conns);
     chime_loop_get_stats(r->loop, &r->stats);
     if ((rc = chime_event_detach(r->binding)) != 0)
-        die("chime_event_detach", rc);
+        ex_die("chime_event_detach", rc);
     event_base_free(r->base);
     return NULL;
 }
@@ -399,15 +386,6 @@ struct load {
 };
 
 static void client_start(struct client *cl);
-
-static struct timeval
-tv_of(int64_t ns)
-{
-    if (ns < 0)
-        ns = 0;
-    return (struct timeval){.tv_sec = ns / CHIME_SEC,
-                            .tv_usec = (ns % CHIME_SEC) / CHIME_USEC};
-}
 
 static void
 client_send(struct client *cl)
@@ -457,7 +435,7 @@ c_read(struct bufferevent *bev, void *arg)
     ld->rng = ld->rng * 6364136223846793005u + 1442695040888963407u;
     int64_t pause =
         idle / 10 + (int64_t)((ld->rng >> 33) % (uint64_t)(idle / 10 + 1));
-    struct timeval tv = tv_of(pause);
+    struct timeval tv = ex_tv_of(pause);
     evtimer_add(cl->pace, &tv);
 }
 
@@ -524,7 +502,7 @@ client_start(struct client *cl)
     }
     cl->bev = bufferevent_socket_new(ld->base, sv[0], BEV_OPT_CLOSE_ON_FREE);
     if (!cl->bev)
-        die("bufferevent_socket_new", -ENOMEM);
+        ex_die("bufferevent_socket_new", -ENOMEM);
     bufferevent_setcb(cl->bev, c_read, NULL, c_event, cl);
     bufferevent_enable(cl->bev, EV_READ | EV_WRITE);
     if (cl->idle_kind) {
@@ -570,7 +548,7 @@ load_main(void *arg)
     ld->base = event_base_new();
     ld->c = calloc((size_t)ld->n, sizeof(*ld->c));
     if (!ld->base || !ld->c)
-        die("load setup", -ENOMEM);
+        ex_die("load setup", -ENOMEM);
     ld->rng = 42;
     ld->t0 = chime_now_ns();
     for (int i = 0; i < ld->n; i++) {
@@ -580,15 +558,15 @@ load_main(void *arg)
         cl->idle_kind = (i / nloops) % IDLE_EVERY == 0;
         cl->pace = evtimer_new(ld->base, c_pace, cl);
         if (!cl->pace)
-            die("evtimer_new", -ENOMEM);
+            ex_die("evtimer_new", -ENOMEM);
     }
     ld->stop = evtimer_new(ld->base, c_stop, ld);
     ld->deadline = evtimer_new(ld->base, c_deadline, ld);
     if (!ld->stop || !ld->deadline)
-        die("evtimer_new", -ENOMEM);
-    struct timeval stop = tv_of(ld->run_ns),
-                   dl = tv_of(ld->run_ns + 2 * ld->app->idle_ns +
-                              10 * CHIME_SEC);
+        ex_die("evtimer_new", -ENOMEM);
+    struct timeval stop = ex_tv_of(ld->run_ns),
+                   dl = ex_tv_of(ld->run_ns + 2 * ld->app->idle_ns +
+                                 10 * CHIME_SEC);
     evtimer_add(ld->stop, &stop);
     evtimer_add(ld->deadline, &dl);
     for (int i = 0; i < ld->n; i++)
@@ -611,51 +589,6 @@ load_main(void *arg)
 
 /* ======================================================================== */
 
-static const char usage[] =
-    "usage: multi_reactor [options]\n"
-    "N libevent loops (one per thread, one chime binding each) share one\n"
-    "chime pool: echo connections with idle timeouts on every loop, and a\n"
-    "maintenance task on a worker that posts a tick to every loop.\n"
-    "  --loops N      event loops, one thread each (default 4, max 64)\n"
-    "  --conns N      client connections, spread over the loops; one in 4\n"
-    "                 goes quiet after one echo (default 400)\n"
-    "  --idle-ms N    idle timeout of a connection, in ms (default 500)\n"
-    "  --maint-ms N   period of the maintenance task, in ms (default 100)\n"
-    "  --seconds N    length of the run, in seconds (default 3)\n"
-    "  --self-test    exit 1 unless every callback ran on its loop's thread,\n"
-    "                 every tick arrived, and only idle connections timed\n"
-    "                 out, none early (default: off; the checks are always\n"
-    "                 printed)\n"
-    "  --help         print this and exit\n";
-
-static long
-parse_num(const char *opt, const char *val, long min, long max)
-{
-    char *end;
-    long v = strtol(val, &end, 10);
-    if (*val == '\0' || *end != '\0' || v < min || v > max) {
-        fprintf(stderr, "multi_reactor: --%s: expected %ld..%ld, got '%s'\n",
-                opt, min, max, val);
-        exit(2);
-    }
-    return v;
-}
-
-static int
-cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static double
-pct_us(const int64_t *v, size_t n, int p)
-{
-    if (n == 0)
-        return 0.0;
-    return (double)v[(n - 1) * (size_t)p / 100] / (double)CHIME_USEC;
-}
-
 /* Two fds per connection (both ends live here) and a margin. */
 static void
 raise_fd_limit(long conns)
@@ -671,51 +604,33 @@ raise_fd_limit(long conns)
 int
 main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"loops", required_argument, NULL, 'l'},
-        {"conns", required_argument, NULL, 'c'},
-        {"idle-ms", required_argument, NULL, 'i'},
-        {"maint-ms", required_argument, NULL, 'm'},
-        {"seconds", required_argument, NULL, 's'},
-        {"self-test", no_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     long nloops = 4, conns = 400, idle_ms = 500, maint_ms = 100, seconds = 3;
     bool self_test = false;
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'l':
-            nloops = parse_num("loops", optarg, 1, MAX_LOOPS);
-            break;
-        case 'c':
-            conns = parse_num("conns", optarg, 1, 20000);
-            break;
-        case 'i':
-            idle_ms = parse_num("idle-ms", optarg, 50, 60000);
-            break;
-        case 'm':
-            maint_ms = parse_num("maint-ms", optarg, 1, 60000);
-            break;
-        case 's':
-            seconds = parse_num("seconds", optarg, 1, 3600);
-            break;
-        case 't':
-            self_test = true;
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            fputs(usage, stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fputs(usage, stderr);
-        return 2;
-    }
+    const struct ex_opt cli[] = {
+        EX_NUM("loops", &nloops, 1, MAX_LOOPS,
+               "event loops, one thread each, at most " EX_STR(MAX_LOOPS)),
+        EX_NUM("conns", &conns, 1, 20000,
+               "client connections, spread over the loops; one in 4\n"
+               "goes quiet after one echo"),
+        EX_NUM("idle-ms", &idle_ms, 50, 60000,
+               "idle timeout of a connection, in ms"),
+        EX_NUM("maint-ms", &maint_ms, 1, 60000,
+               "period of the maintenance task, in ms"),
+        EX_NUM("seconds", &seconds, 1, 3600, "length of the run, in seconds"),
+        EX_FLAG("self-test", &self_test,
+                "exit 1 unless every callback ran on its loop's thread,\n"
+                "every tick arrived, and only idle connections timed\n"
+                "out, none early (the checks are always printed)"),
+        {0},
+    };
+    ex_parse_options(argc, argv,
+                     "N libevent loops (one per thread, one chime binding "
+                     "each) share one\n"
+                     "chime pool: echo connections with idle timeouts on "
+                     "every loop, and a\n"
+                     "maintenance task on a worker that posts a tick to every "
+                     "loop.\n",
+                     cli);
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit(conns);
 
@@ -735,7 +650,7 @@ main(int argc, char **argv)
     opts.name = "multi";
     int rc;
     if ((rc = chime_pool_new(&opts, &a.pool)) != 0)
-        die("chime_pool_new", rc);
+        ex_die("chime_pool_new", rc);
 
     printf("chime %s multi_reactor: %d loops (one thread and one binding "
            "each), one pool of %u workers\n  %ld connections round robin "
@@ -751,7 +666,7 @@ main(int argc, char **argv)
         a.r[k].index = k;
         pthread_t t;
         if ((rc = pthread_create(&t, NULL, reactor_main, &a.r[k])) != 0)
-            die("pthread_create", -rc);
+            ex_die("pthread_create", -rc);
     }
     pthread_mutex_lock(&a.mu);
     while (a.ready < a.nloops)
@@ -762,14 +677,14 @@ main(int argc, char **argv)
     chime_task *t_maint;
     if ((rc = chime_pool_schedule_at_fixed_rate(
              a.pool, maintenance, &a, a.maint_ns, a.maint_ns, &t_maint)) != 0)
-        die("schedule maintenance", rc);
+        ex_die("schedule maintenance", rc);
     static struct load ld;
     ld.app = &a;
     ld.n = (int)conns;
     ld.run_ns = seconds * CHIME_SEC;
     pthread_t load;
     if ((rc = pthread_create(&load, NULL, load_main, &ld)) != 0)
-        die("pthread_create", -rc);
+        ex_die("pthread_create", -rc);
     int64_t t0 = chime_now_ns();
 
     /* Shutdown, in order: stop every producer that posts into the loops
@@ -786,11 +701,11 @@ main(int argc, char **argv)
     for (int k = 0; k < a.nloops; k++)
         if ((rc = chime_loop_post(a.r[k].loop, stop_reactor, &a.r[k], NULL)) !=
             0)
-            die("post stop", rc);
+            ex_die("post stop", rc);
     for (int k = 0; k < a.nloops; k++)
         pthread_join(a.r[k].thread, NULL);
     if ((rc = chime_pool_destroy(a.pool)) != 0)
-        die("chime_pool_destroy", rc);
+        ex_die("chime_pool_destroy", rc);
     int64_t elapsed = chime_now_ns() - t0;
 
     printf("loop  adopted  echoes  timeouts  lateness us p50 / p99 / max  "
@@ -799,15 +714,15 @@ main(int argc, char **argv)
     bool ticks_ok = true;
     for (int k = 0; k < a.nloops; k++) {
         struct reactor *r = &a.r[k];
-        qsort(r->lateness, r->nlat, sizeof(*r->lateness), cmp_i64);
+        qsort(r->lateness, r->nlat, sizeof(*r->lateness), ex_cmp_i64);
         printf("%4d  %7" PRIu64 "  %6" PRIu64 "  %8" PRIu64
                "  %15.0f / %5.0f / %5.0f  %5" PRIu64 "  %9" PRIu64
                "  %10" PRIu64 "\n",
                k, r->adopted, r->echoes, r->timeouts,
-               pct_us(r->lateness, r->nlat, 50),
-               pct_us(r->lateness, r->nlat, 99),
-               pct_us(r->lateness, r->nlat, 100), r->ticks, r->stats.dispatched,
-               r->stats.dispatch_calls);
+               ex_pct_us(r->lateness, r->nlat, 50),
+               ex_pct_us(r->lateness, r->nlat, 99),
+               ex_pct_us(r->lateness, r->nlat, 100), r->ticks,
+               r->stats.dispatched, r->stats.dispatch_calls);
         timeouts += r->timeouts;
         on_active += r->timeouts_on_active;
         early += r->early;

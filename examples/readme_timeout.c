@@ -178,7 +178,6 @@ serve(struct server *srv, evutil_socket_t listen_fd)
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <getopt.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -188,32 +187,11 @@ serve(struct server *srv, evutil_socket_t listen_fd)
 #include <sys/socket.h>
 #include <unistd.h>
 
+#define EXAMPLE_NAME "readme_timeout"
+#include "example_util.h"
+
 #define ST_ACTIVE 2 /* self-test clients that talk every idle/5 */
 #define ST_IDLE 2   /* self-test clients that go quiet after one echo */
-
-static const char usage[] =
-    "usage: readme_timeout [options]\n"
-    "An echo server on 127.0.0.1 that closes connections idle for longer\n"
-    "than --idle-ms; stop it with Ctrl-C.\n"
-    "  --port N       TCP port to listen on; 0 picks a free one (default 0)\n"
-    "  --idle-ms N    idle timeout of a connection, in ms (default 5000)\n"
-    "  --self-test    connect 2 active and 2 idle clients from a second\n"
-    "                 thread, stop when the idle ones are closed, exit 0\n"
-    "                 if exactly they were, and not early (default: off)\n"
-    "  --help         print this and exit\n";
-
-static long
-parse_num(const char *opt, const char *val, long min, long max)
-{
-    char *end;
-    long v = strtol(val, &end, 10);
-    if (*val == '\0' || *end != '\0' || v < min || v > max) {
-        fprintf(stderr, "readme_timeout: --%s: expected %ld..%ld, got '%s'\n",
-                opt, min, max, val);
-        exit(2);
-    }
-    return v;
-}
 
 struct selftest {
     uint16_t port;
@@ -315,39 +293,24 @@ selftest_main(void *arg)
 int
 main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"port", required_argument, NULL, 'p'},
-        {"idle-ms", required_argument, NULL, 'i'},
-        {"self-test", no_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     long port = 0, idle_ms = 5000;
     bool self_test = false;
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'p':
-            port = parse_num("port", optarg, 0, 65535);
-            break;
-        case 'i':
-            idle_ms = parse_num("idle-ms", optarg, 1, 3600000);
-            break;
-        case 's':
-            self_test = true;
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            fputs(usage, stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fputs(usage, stderr);
-        return 2;
-    }
+    const struct ex_opt cli[] = {
+        EX_NUM("port", &port, 0, 65535,
+               "TCP port to listen on; 0 picks a free one"),
+        EX_NUM("idle-ms", &idle_ms, 1, 3600000,
+               "idle timeout of a connection, in ms"),
+        EX_FLAG("self-test", &self_test,
+                "connect 2 active and 2 idle clients from a second\n"
+                "thread, stop when the idle ones are closed, exit 0\n"
+                "if exactly they were, and not early"),
+        {0},
+    };
+    ex_parse_options(argc, argv,
+                     "An echo server on 127.0.0.1 that closes connections "
+                     "idle for longer\n"
+                     "than --idle-ms; stop it with Ctrl-C.\n",
+                     cli);
     signal(SIGPIPE, SIG_IGN); /* a peer may hang up while we echo */
 
     struct sockaddr_in sin = {.sin_family = AF_INET,

@@ -53,7 +53,6 @@
 #include <event2/listener.h>
 
 #include <arpa/inet.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -64,6 +63,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+
+#define EXAMPLE_NAME "server_demo"
+#include "example_util.h"
 
 #define IDLE_SHARE 30               /* % of client slots that go quiet */
 #define SEND_MIN (100 * CHIME_MSEC) /* active clients: pause between echoes */
@@ -76,22 +78,6 @@
 
 static const char ping[] = "ping 0123456789\n";
 #define PING_LEN (sizeof(ping) - 1)
-
-static void
-die(const char *what, int rc)
-{
-    fprintf(stderr, "server_demo: %s: %s\n", what, chime_strerror(rc));
-    exit(1);
-}
-
-static void *
-xrealloc(void *p, size_t n)
-{
-    p = realloc(p, n);
-    if (!p)
-        die("realloc", -ENOMEM);
-    return p;
-}
 
 /* ======================================================================== */
 /* Server: loop thread only, except where a field says otherwise             */
@@ -332,7 +318,7 @@ on_idle(chime_task *self, void *arg, void **result)
     if (srv->nlat == srv->caplat) {
         srv->caplat = srv->caplat ? 2 * srv->caplat : 1024;
         srv->lateness =
-            xrealloc(srv->lateness, srv->caplat * sizeof(*srv->lateness));
+            ex_xrealloc(srv->lateness, srv->caplat * sizeof(*srv->lateness));
     }
     srv->lateness[srv->nlat++] = late;
     srv->idle_fired++;
@@ -495,15 +481,6 @@ struct load {
 
 static void client_start(struct client *cl);
 
-static struct timeval
-tv_of(int64_t ns)
-{
-    if (ns < 0)
-        ns = 0;
-    return (struct timeval){.tv_sec = ns / CHIME_SEC,
-                            .tv_usec = (ns % CHIME_SEC) / CHIME_USEC};
-}
-
 static void
 load_finish(struct load *ld)
 {
@@ -556,14 +533,14 @@ c_read(struct bufferevent *bev, void *arg)
     ld->echoes++;
     if (ld->nrtt == ld->caprtt) {
         ld->caprtt = ld->caprtt ? 2 * ld->caprtt : 4096;
-        ld->rtt = xrealloc(ld->rtt, ld->caprtt * sizeof(*ld->rtt));
+        ld->rtt = ex_xrealloc(ld->rtt, ld->caprtt * sizeof(*ld->rtt));
     }
     ld->rtt[ld->nrtt++] = chime_now_ns() - cl->last_send;
     if (!cl->idle_kind && !ld->stopping) {
         ld->rng = ld->rng * 6364136223846793005u + 1442695040888963407u;
         int64_t pause =
             SEND_MIN + (int64_t)((ld->rng >> 33) % (uint64_t)SEND_SPREAD);
-        struct timeval tv = tv_of(pause);
+        struct timeval tv = ex_tv_of(pause);
         evtimer_add(cl->pace, &tv);
     }
 }
@@ -637,7 +614,7 @@ c_ramp(evutil_socket_t fd, short what, void *arg)
     for (int k = 0; k < batch && ld->next < ld->n && !ld->stopping; k++)
         client_start(&ld->c[ld->next++]);
     if (ld->next < ld->n && !ld->stopping) {
-        struct timeval tv = tv_of(RAMP_TICK);
+        struct timeval tv = ex_tv_of(RAMP_TICK);
         evtimer_add(ld->ramp, &tv);
     }
 }
@@ -675,7 +652,7 @@ load_main(void *arg)
     ld->base = event_base_new();
     ld->c = calloc((size_t)ld->n, sizeof(*ld->c));
     if (!ld->base || !ld->c)
-        die("client setup", -ENOMEM);
+        ex_die("client setup", -ENOMEM);
     ld->rng = 42;
     for (int i = 0; i < ld->n; i++) {
         struct client *cl = &ld->c[i];
@@ -684,16 +661,16 @@ load_main(void *arg)
         cl->idle_kind = (i * IDLE_SHARE) % 100 < IDLE_SHARE;
         cl->pace = evtimer_new(ld->base, c_pace, cl);
         if (!cl->pace)
-            die("evtimer_new", -ENOMEM);
+            ex_die("evtimer_new", -ENOMEM);
     }
     ld->ramp = evtimer_new(ld->base, c_ramp, ld);
     ld->stop = evtimer_new(ld->base, c_stop, ld);
     ld->deadline = evtimer_new(ld->base, c_deadline, ld);
     if (!ld->ramp || !ld->stop || !ld->deadline)
-        die("evtimer_new", -ENOMEM);
+        ex_die("evtimer_new", -ENOMEM);
     ld->t0 = chime_now_ns();
-    struct timeval now = tv_of(0), stop = tv_of(ld->run_ns),
-                   dl = tv_of(ld->run_ns + ld->idle_ns + 5 * CHIME_SEC);
+    struct timeval now = ex_tv_of(0), stop = ex_tv_of(ld->run_ns),
+                   dl = ex_tv_of(ld->run_ns + ld->idle_ns + 5 * CHIME_SEC);
     evtimer_add(ld->ramp, &now);
     evtimer_add(ld->stop, &stop);
     evtimer_add(ld->deadline, &dl);
@@ -714,24 +691,11 @@ load_main(void *arg)
     /* All done: ask the server loop to stop. */
     int rc = chime_loop_post(ld->server_loop, stop_server, ld->srv, NULL);
     if (rc != 0)
-        die("post stop", rc);
+        ex_die("post stop", rc);
     return NULL;
 }
 
 /* ======================================================================== */
-
-static long
-parse_num(const char *opt, const char *val, long min, long max)
-{
-    char *end;
-    long v = strtol(val, &end, 10);
-    if (*val == '\0' || *end != '\0' || v < min || v > max) {
-        fprintf(stderr, "server_demo: %s: expected %ld..%ld, got '%s'\n", opt,
-                min, max, val);
-        exit(2);
-    }
-    return v;
-}
 
 /* Two fds per connection (both ends live here) plus a margin. Raises the
  * soft limit to the hard one if needed, else scales the count down. */
@@ -759,21 +723,6 @@ fit_fd_limit(long conns)
     return conns;
 }
 
-static int
-cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static double
-pct_us(const int64_t *v, size_t n, int p)
-{
-    if (n == 0)
-        return 0.0;
-    return (double)v[(n - 1) * (size_t)p / 100] / (double)CHIME_USEC;
-}
-
 /* Fills the table: a free slot for every record the run can need
  * (connections and their lingering records, reconnections), the rest
  * with records of earlier sessions, closed, whose expiries are spread over
@@ -788,7 +737,7 @@ table_init(struct server *srv, long table, long conns)
     srv->free_slots = malloc((size_t)table * sizeof(*srv->free_slots));
     srv->victims = malloc(MAX_VICTIMS * sizeof(*srv->victims));
     if (!srv->slots || !srv->slot_conn || !srv->free_slots || !srv->victims)
-        die("session table", -ENOMEM);
+        ex_die("session table", -ENOMEM);
     long spare = 4 * conns + 1024;
     long old = table > spare ? table - spare : 0;
     uint64_t rng = 7;
@@ -804,81 +753,49 @@ table_init(struct server *srv, long table, long conns)
         srv->free_slots[srv->nfree++] = (uint32_t)i;
 }
 
-static const char usage[] =
-    "usage: server_demo [options]\n"
-    "An echo server on 127.0.0.1 whose idle timeouts are chime loop tasks,\n"
-    "loaded by a client thread, with a session table that maintenance scans\n"
-    "every 250 ms. Exits 0 when every idle connection was closed by its\n"
-    "timer, no active one was, and none early.\n"
-    "  --seconds N    length of the load, in seconds (default 5)\n"
-    "  --conns N      client connections; 30% go quiet after one echo and\n"
-    "                 reconnect when closed, the rest echo every 100-300 ms\n"
-    "                 (default 2000)\n"
-    "  --idle-ms N    idle timeout of a connection, in ms (default 1000)\n"
-    "  --table N      session records the maintenance scans each pass: the\n"
-    "                 connections' own plus earlier sessions' (default\n"
-    "                 2000000, about 16 bytes each)\n"
-    "  --scan-on W    where the maintenance scan runs: `worker` (a chime\n"
-    "                 pool task that posts the expired records to the loop)\n"
-    "                 or `loop` (a loop task that scans inline, as a server\n"
-    "                 without a worker pool would) (default worker)\n"
-    "  --quiet        no line per second, only the summary (default: off)\n"
-    "  --help         print this and exit\n";
-
 int
 main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"seconds", required_argument, NULL, 's'},
-        {"conns", required_argument, NULL, 'c'},
-        {"idle-ms", required_argument, NULL, 'i'},
-        {"table", required_argument, NULL, 't'},
-        {"scan-on", required_argument, NULL, 'w'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     long seconds = 5, conns = 2000, idle_ms = 1000, table = 2000000;
-    bool scan_on_loop = false, quiet = false;
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 's':
-            seconds = parse_num("--seconds", optarg, 1, 3600);
-            break;
-        case 'c':
-            conns = parse_num("--conns", optarg, 1, 100000);
-            break;
-        case 'i':
-            idle_ms = parse_num("--idle-ms", optarg, 10, 60000);
-            break;
-        case 't':
-            table = parse_num("--table", optarg, 1, 100000000);
-            break;
-        case 'w':
-            if (strcmp(optarg, "loop") == 0) {
-                scan_on_loop = true;
-            } else if (strcmp(optarg, "worker") != 0) {
-                fprintf(stderr,
-                        "server_demo: --scan-on: expected worker or "
-                        "loop, got '%s'\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case 'q':
-            quiet = true;
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            fputs(usage, stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fputs(usage, stderr);
+    const char *scan_on = "worker";
+    bool quiet = false;
+    const struct ex_opt cli[] = {
+        EX_NUM("seconds", &seconds, 1, 3600, "length of the load, in seconds"),
+        EX_NUM("conns", &conns, 1, 100000,
+               "client connections; 30% go quiet after one echo and\n"
+               "reconnect when closed, the rest echo every\n"
+               "100-300 ms"),
+        EX_NUM("idle-ms", &idle_ms, 10, 60000,
+               "idle timeout of a connection, in ms"),
+        EX_NUM("table", &table, 1, 100000000,
+               "session records the maintenance scans each pass: the\n"
+               "connections' own plus earlier sessions' (about 16\n"
+               "bytes each)"),
+        {.name = "scan-on",
+         .arg = "W",
+         .str = &scan_on,
+         .help = "where the maintenance scan runs: `worker` (a chime\n"
+                 "pool task that posts the expired records to the loop)\n"
+                 "or `loop` (a loop task that scans inline, as a server\n"
+                 "without a worker pool would)"},
+        EX_FLAG("quiet", &quiet, "no line per second, only the summary"),
+        {0},
+    };
+    ex_parse_options(argc, argv,
+                     "An echo server on 127.0.0.1 whose idle timeouts are "
+                     "chime loop tasks,\n"
+                     "loaded by a client thread, with a session table that "
+                     "maintenance scans\n"
+                     "every 250 ms. Exits 0 when every idle connection was "
+                     "closed by its\n"
+                     "timer, no active one was, and none early.\n",
+                     cli);
+    bool scan_on_loop = strcmp(scan_on, "loop") == 0;
+    if (!scan_on_loop && strcmp(scan_on, "worker") != 0) {
+        fprintf(stderr,
+                "server_demo: --scan-on: expected worker or loop, "
+                "got '%s'\n",
+                scan_on);
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -903,12 +820,12 @@ main(int argc, char **argv)
     chime_event *binding;
     int rc;
     if ((rc = chime_pool_new(&opts, &pool)) != 0)
-        die("chime_pool_new", rc);
+        ex_die("chime_pool_new", rc);
     srv.base = event_base_new();
     if (!srv.base)
-        die("event_base_new", -ENOMEM);
+        ex_die("event_base_new", -ENOMEM);
     if ((rc = chime_event_attach(pool, srv.base, NULL, &binding)) != 0)
-        die("chime_event_attach", rc);
+        ex_die("chime_event_attach", rc);
     srv.loop = chime_event_loop(binding);
 
     struct sockaddr_in sin = {.sin_family = AF_INET};
@@ -917,7 +834,7 @@ main(int argc, char **argv)
         srv.base, on_accept, &srv, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE,
         4096, (struct sockaddr *)&sin, sizeof(sin));
     if (!srv.listener)
-        die("listen on 127.0.0.1", -errno);
+        ex_die("listen on 127.0.0.1", -errno);
     socklen_t sl = sizeof(sin);
     getsockname(evconnlistener_get_fd(srv.listener), (struct sockaddr *)&sin,
                 &sl);
@@ -935,12 +852,12 @@ main(int argc, char **argv)
     chime_task *t_stats, *t_deadline, *t_scan;
     if ((rc = chime_loop_schedule_at_fixed_rate(
              srv.loop, print_stats, &srv, CHIME_SEC, CHIME_SEC, &t_stats)) != 0)
-        die("schedule stats", rc);
+        ex_die("schedule stats", rc);
     /* Safety net only: the client stops the server when it is done. */
     int64_t deadline = (seconds + 15) * CHIME_SEC + 2 * srv.idle_ns;
     if ((rc = chime_loop_schedule(srv.loop, stop_on_deadline, &srv, deadline,
                                   &t_deadline)) != 0)
-        die("schedule deadline", rc);
+        ex_die("schedule deadline", rc);
     if (scan_on_loop)
         rc = chime_loop_schedule_at_fixed_rate(
             srv.loop, scan_inline, &srv, MAINT_PERIOD, MAINT_PERIOD, &t_scan);
@@ -948,7 +865,7 @@ main(int argc, char **argv)
         rc = chime_pool_schedule_at_fixed_rate(
             pool, scan_sessions, &srv, MAINT_PERIOD, MAINT_PERIOD, &t_scan);
     if (rc != 0)
-        die("schedule scan", rc);
+        ex_die("schedule scan", rc);
 
     static struct load ld;
     ld.addr = sin;
@@ -959,7 +876,7 @@ main(int argc, char **argv)
     ld.srv = &srv;
     pthread_t client;
     if ((rc = pthread_create(&client, NULL, load_main, &ld)) != 0)
-        die("pthread_create", -rc);
+        ex_die("pthread_create", -rc);
 
     event_base_dispatch(srv.base);
 
@@ -986,15 +903,15 @@ main(int argc, char **argv)
         chime_task_release(tasks[i]);
     }
     if ((rc = chime_event_detach(binding)) != 0)
-        die("chime_event_detach", rc);
+        ex_die("chime_event_detach", rc);
     evconnlistener_free(srv.listener);
     event_base_free(srv.base);
     if ((rc = chime_pool_destroy(pool)) != 0)
-        die("chime_pool_destroy", rc);
+        ex_die("chime_pool_destroy", rc);
     int64_t elapsed = chime_now_ns() - srv.t0;
 
-    qsort(srv.lateness, srv.nlat, sizeof(*srv.lateness), cmp_i64);
-    qsort(ld.rtt, ld.nrtt, sizeof(*ld.rtt), cmp_i64);
+    qsort(srv.lateness, srv.nlat, sizeof(*srv.lateness), ex_cmp_i64);
+    qsort(ld.rtt, ld.nrtt, sizeof(*ld.rtt), ex_cmp_i64);
     double scanned = srv.scanned ? (double)srv.scanned : 1.0;
     double passes = srv.passes ? (double)srv.passes : 1.0;
     printf("\nsummary (maintenance scan on the %s)\n",
@@ -1005,13 +922,13 @@ main(int argc, char **argv)
     printf("  echo round trips        %" PRIu64
            " (each one touched its connection's idle timer); "
            "p50 %.0f us, p99 %.0f us, max %.0f us\n",
-           srv.echoes, pct_us(ld.rtt, ld.nrtt, 50), pct_us(ld.rtt, ld.nrtt, 99),
-           pct_us(ld.rtt, ld.nrtt, 100));
+           srv.echoes, ex_pct_us(ld.rtt, ld.nrtt, 50),
+           ex_pct_us(ld.rtt, ld.nrtt, 99), ex_pct_us(ld.rtt, ld.nrtt, 100));
     printf("  idle timeouts fired     %" PRIu64 "; lateness p50 %.0f us, "
            "p99 %.0f us, max %.0f us\n",
-           srv.idle_fired, pct_us(srv.lateness, srv.nlat, 50),
-           pct_us(srv.lateness, srv.nlat, 99),
-           pct_us(srv.lateness, srv.nlat, 100));
+           srv.idle_fired, ex_pct_us(srv.lateness, srv.nlat, 50),
+           ex_pct_us(srv.lateness, srv.nlat, 99),
+           ex_pct_us(srv.lateness, srv.nlat, 100));
     printf("  closed by the client    %" PRIu64 " (active clients at the "
            "end)%s\n",
            srv.peer_closed, left_open ? ", some still open at exit" : "");
@@ -1039,10 +956,11 @@ main(int argc, char **argv)
            scan_on_loop ? "loop" : "worker",
            (double)srv.loop_maint_ns_total / passes / (double)CHIME_MSEC,
            (double)srv.loop_maint_ns_max / (double)CHIME_MSEC,
-           pct_us(srv.lateness, srv.nlat, 50),
-           pct_us(srv.lateness, srv.nlat, 99),
-           pct_us(srv.lateness, srv.nlat, 100), pct_us(ld.rtt, ld.nrtt, 50),
-           pct_us(ld.rtt, ld.nrtt, 99), pct_us(ld.rtt, ld.nrtt, 100));
+           ex_pct_us(srv.lateness, srv.nlat, 50),
+           ex_pct_us(srv.lateness, srv.nlat, 99),
+           ex_pct_us(srv.lateness, srv.nlat, 100),
+           ex_pct_us(ld.rtt, ld.nrtt, 50), ex_pct_us(ld.rtt, ld.nrtt, 99),
+           ex_pct_us(ld.rtt, ld.nrtt, 100));
 
     int bad = 0;
 #define CHECK(ok, ...)                                                         \

@@ -32,6 +32,10 @@
  * the idle connections went before the active ones (when the client
  * talked longer than two ticks); every loop callback
  * ran on the loop thread; the worker's posts arrived.
+ *
+ * What does not depend on the loop library (the options, the worker task
+ * and its report, the client thread, the checks) is in timeouts_common.h,
+ * shared with ev_timeouts.c.
  */
 #include <chime/chime.h>
 #include <chime/uv.h>
@@ -39,22 +43,12 @@
 #include <uv.h>
 
 #include <errno.h>
-#include <getopt.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#define MS CHIME_MSEC
-#define MAX_CONNS 256
-
-struct options {
-    int conns, active, threads;
-    int64_t idle_ns, tick_ns, run_ns;
-};
+#define EXAMPLE_NAME "uv_timeouts"
+#include "example_util.h"
+#include "timeouts_common.h"
 
 struct server;
 
@@ -68,31 +62,10 @@ struct conn {
 };
 
 struct server {
-    struct options opts;
+    struct idle_run run; /* all but the loop's own */
     uv_loop_t uvl;
-    chime_pool *pool;
     chime_uv *cu;
-    chime_loop *loop;         /* any thread may post to it */
-    pthread_t loop_thread;    /* set before uv_run */
-    int client_fd[MAX_CONNS]; /* the client thread's ends */
-    int open;                 /* connections still open */
-    int64_t last_idle_close;  /* of the connections that never spoke */
-    int64_t first_active_close;
-    int64_t worst_late; /* closed - (last_active + idle), worst */
-    int early;          /* closed before last_active + idle */
-    int reads;
-    int reports;              /* worker reports that arrived on the loop */
-    int failures;             /* chime calls that failed where they must not */
-    atomic_int off_loop;      /* loop callbacks that ran on another thread */
-    atomic_llong worker_seen; /* the worker's latest result */
 };
-
-static void
-check_loop_thread(struct server *srv)
-{
-    if (!pthread_equal(pthread_self(), srv->loop_thread))
-        atomic_fetch_add(&srv->off_loop, 1);
-}
 
 static void
 on_conn_closed(uv_handle_t *h)
@@ -111,30 +84,18 @@ on_idle(chime_task *self, void *arg, void **result)
     (void)self;
     (void)result;
 
-    check_loop_thread(srv);
-    int64_t now = chime_now_ns();
-    int64_t late = now - (c->last_active + srv->opts.idle_ns);
-    if (late < 0)
-        srv->early++;
-    if (late > srv->worst_late)
-        srv->worst_late = late;
-    if (c->id < srv->opts.active) {
-        if (srv->first_active_close == 0)
-            srv->first_active_close = now;
-    } else if (now > srv->last_idle_close) {
-        srv->last_idle_close = now;
-    }
+    note_idle_close(&srv->run, c->id, c->last_active);
     /* Our handle goes; the pool holds its own reference while we run. */
     chime_task_release(c->idle);
     uv_poll_stop(&c->poll);
     uv_close((uv_handle_t *)&c->poll, on_conn_closed);
-    if (--srv->open == 0) {
+    if (--srv->run.open == 0) {
         /* The last one: stop watching chime. uv_run returns once the
          * close callbacks ran (nothing else keeps the loop alive). */
         int rc = chime_uv_detach(srv->cu);
         if (rc != 0) {
             fprintf(stderr, "uv_timeouts: detach: %s\n", chime_strerror(rc));
-            srv->failures++;
+            srv->run.failures++;
         }
         srv->cu = NULL;
     }
@@ -152,207 +113,67 @@ on_readable(uv_poll_t *h, int status, int events)
 
     if (status < 0 || read(c->fd, buf, sizeof buf) <= 0)
         return; /* the idle timer closes it */
-    srv->reads++;
+    srv->run.reads++;
     c->last_active = chime_now_ns();
     int rc = chime_task_touch(c->idle);
     if (rc != 0) {
         fprintf(stderr, "uv_timeouts: touch: %s\n", chime_strerror(rc));
-        srv->failures++;
+        srv->run.failures++;
     }
-}
-
-/* The worker's result, handed to the loop. Runs on: the loop thread. */
-static int
-on_report(chime_task *self, void *arg, void **result)
-{
-    struct server *srv = arg;
-    (void)self;
-    (void)result;
-    check_loop_thread(srv);
-    srv->reports++;
-    return 0;
-}
-
-/* Periodic work off the loop. Runs on: a worker thread. */
-static int
-worker_tick(chime_task *self, void *arg, void **result)
-{
-    struct server *srv = arg;
-    (void)self;
-    (void)result;
-    atomic_store(&srv->worker_seen, chime_now_ns()); /* "the work" */
-    int rc = chime_loop_post(srv->loop, on_report, srv, NULL);
-    /* -ESHUTDOWN: the loop detached; returning it ends this task. */
-    return rc;
-}
-
-static void *
-client_main(void *arg)
-{
-    struct server *srv = arg;
-    int64_t end = chime_now_ns() + srv->opts.run_ns;
-    while (chime_now_ns() < end) {
-        for (int i = 0; i < srv->opts.active; i++)
-            (void)send(srv->client_fd[i], "x", 1, MSG_NOSIGNAL);
-        struct timespec ts = {0, (long)srv->opts.tick_ns};
-        nanosleep(&ts, NULL); /* the client's pace, not synchronisation */
-    }
-    return NULL;
-}
-
-static void
-usage(FILE *out)
-{
-    fprintf(out,
-            "Usage: uv_timeouts [options]\n"
-            "Opens --conns socket pairs watched by a libuv loop; each has an "
-            "idle timer\n"
-            "(a chime loop task) touched on every read. A client thread talks "
-            "on the\n"
-            "first --active ones for --run-ms; every connection is then "
-            "closed by its\n"
-            "timer. Exits 0 if every close came on time.\n"
-            "\n"
-            "  --conns N     connections to open (default 8, at most %d)\n"
-            "  --active N    of which the client talks on (default 4)\n"
-            "  --idle-ms N   idle timeout of a connection (default 300)\n"
-            "  --tick-ms N   the client's interval between bytes (default "
-            "50)\n"
-            "  --run-ms N    how long the client talks (default 1000)\n"
-            "  --threads N   chime worker threads (default 2)\n"
-            "  --help        this text\n",
-            MAX_CONNS);
-}
-
-static bool
-parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi)
-        return false;
-    *out = (int)v;
-    return true;
-}
-
-static bool
-parse_options(int argc, char **argv, struct options *o)
-{
-    static const struct option longopts[] = {
-        {"conns", required_argument, NULL, 'c'},
-        {"active", required_argument, NULL, 'a'},
-        {"idle-ms", required_argument, NULL, 'i'},
-        {"tick-ms", required_argument, NULL, 't'},
-        {"run-ms", required_argument, NULL, 'r'},
-        {"threads", required_argument, NULL, 'w'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int idle = 300, tick = 50, run = 1000;
-    *o = (struct options){.conns = 8, .active = 4, .threads = 2};
-    int ch;
-    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        bool ok = true;
-        switch (ch) {
-        case 'c':
-            ok = parse_int(optarg, 1, MAX_CONNS, &o->conns);
-            break;
-        case 'a':
-            ok = parse_int(optarg, 0, MAX_CONNS, &o->active);
-            break;
-        case 'i':
-            ok = parse_int(optarg, 1, 3600000, &idle);
-            break;
-        case 't':
-            ok = parse_int(optarg, 1, 999, &tick);
-            break;
-        case 'r':
-            ok = parse_int(optarg, 0, 3600000, &run);
-            break;
-        case 'w':
-            ok = parse_int(optarg, 1, 64, &o->threads);
-            break;
-        case 'h':
-            usage(stdout);
-            exit(0);
-        default:
-            usage(stderr);
-            return false;
-        }
-        if (!ok) {
-            fprintf(stderr, "uv_timeouts: bad value '%s'\n", optarg);
-            return false;
-        }
-    }
-    if (optind != argc || o->active > o->conns) {
-        usage(stderr);
-        return false;
-    }
-    o->idle_ns = idle * MS;
-    o->tick_ns = tick * MS;
-    o->run_ns = run * MS;
-    return true;
-}
-
-static void
-die(const char *what, int rc)
-{
-    fprintf(stderr, "uv_timeouts: %s: %s\n", what, chime_strerror(rc));
-    exit(1);
 }
 
 int
 main(int argc, char **argv)
 {
     static struct server srv;
-    if (!parse_options(argc, argv, &srv.opts))
+    if (!parse_options(argc, argv, "libuv", &srv.run.opts))
         return 2;
-    const struct options *o = &srv.opts;
+    const struct options *o = &srv.run.opts;
 
     chime_pool_options po;
     chime_pool_options_init(&po);
     po.threads = (unsigned)o->threads;
-    int rc = chime_pool_new(&po, &srv.pool);
+    int rc = chime_pool_new(&po, &srv.run.pool);
     if (rc != 0)
-        die("chime_pool_new", rc);
+        ex_die("chime_pool_new", rc);
     if (uv_loop_init(&srv.uvl) != 0)
-        die("uv_loop_init", -EIO);
+        ex_die("uv_loop_init", -EIO);
     /* Before uv_run: any thread may attach. */
-    rc = chime_uv_attach(srv.pool, &srv.uvl, NULL, &srv.cu);
+    rc = chime_uv_attach(srv.run.pool, &srv.uvl, NULL, &srv.cu);
     if (rc != 0)
-        die("chime_uv_attach", rc);
-    srv.loop = chime_uv_loop(srv.cu);
-    srv.loop_thread = pthread_self();
+        ex_die("chime_uv_attach", rc);
+    srv.run.loop = chime_uv_loop(srv.cu);
+    srv.run.loop_thread = pthread_self();
 
     for (int i = 0; i < o->conns; i++) {
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-            die("socketpair", -errno);
+            ex_die("socketpair", -errno);
         struct conn *c = calloc(1, sizeof *c);
         if (!c)
-            die("calloc", -ENOMEM);
+            ex_die("calloc", -ENOMEM);
         *c = (struct conn){.srv = &srv, .fd = sv[0], .id = i};
-        srv.client_fd[i] = sv[1];
+        srv.run.client_fd[i] = sv[1];
         if (uv_poll_init(&srv.uvl, &c->poll, c->fd) != 0)
-            die("uv_poll_init", -EIO);
+            ex_die("uv_poll_init", -EIO);
         c->poll.data = c;
         uv_poll_start(&c->poll, UV_READABLE, on_readable);
         c->last_active = chime_now_ns();
-        rc = chime_loop_schedule(srv.loop, on_idle, c, o->idle_ns, &c->idle);
+        rc =
+            chime_loop_schedule(srv.run.loop, on_idle, c, o->idle_ns, &c->idle);
         if (rc != 0)
-            die("chime_loop_schedule", rc);
-        srv.open++;
+            ex_die("chime_loop_schedule", rc);
+        srv.run.open++;
     }
     chime_task *worker = NULL;
-    rc = chime_pool_schedule_at_fixed_rate(srv.pool, worker_tick, &srv, 50 * MS,
-                                           50 * MS, &worker);
+    rc = chime_pool_schedule_at_fixed_rate(srv.run.pool, worker_tick, &srv.run,
+                                           50 * MS, 50 * MS, &worker);
     if (rc != 0)
-        die("chime_pool_schedule_at_fixed_rate", rc);
+        ex_die("chime_pool_schedule_at_fixed_rate", rc);
 
     pthread_t client;
-    if (pthread_create(&client, NULL, client_main, &srv) != 0)
-        die("pthread_create", -EAGAIN);
+    if (pthread_create(&client, NULL, client_main, &srv.run) != 0)
+        ex_die("pthread_create", -EAGAIN);
 
     int64_t t0 = chime_now_ns();
     uv_run(&srv.uvl, UV_RUN_DEFAULT); /* until the last timer detached */
@@ -360,7 +181,7 @@ main(int argc, char **argv)
 
     pthread_join(client, NULL);
     for (int i = 0; i < o->conns; i++)
-        close(srv.client_fd[i]);
+        close(srv.run.client_fd[i]);
     /* The worker task ends by itself (-ESHUTDOWN) or by this cancel. */
     chime_task_cancel(worker, 0);
     chime_task_wait(worker, -1, NULL);
@@ -370,51 +191,17 @@ main(int argc, char **argv)
          * watching by itself (chime_uv_status says why). */
         fprintf(stderr, "uv_timeouts: the adapter stopped: %s\n",
                 chime_strerror(chime_uv_status(srv.cu)));
-        srv.failures++;
+        srv.run.failures++;
         chime_uv_detach(srv.cu);
         uv_run(&srv.uvl, UV_RUN_DEFAULT);
     }
     if (uv_loop_close(&srv.uvl) != 0) {
         fprintf(stderr, "uv_timeouts: a handle is left on the loop\n");
-        srv.failures++;
+        srv.run.failures++;
     }
-    rc = chime_pool_destroy(srv.pool);
+    rc = chime_pool_destroy(srv.run.pool);
     if (rc != 0)
-        die("chime_pool_destroy", rc);
+        ex_die("chime_pool_destroy", rc);
 
-    /* The active connections outlive the idle ones when the client talked
-     * longer than a couple of its ticks. */
-    bool order_ok = o->active == 0 || o->active == o->conns ||
-                    o->run_ns <= 2 * o->tick_ns ||
-                    srv.last_idle_close < srv.first_active_close;
-    printf("uv_timeouts: %d connections (%d active for %d ms), idle %d ms: "
-           "all closed in %.0f ms, %d reads, worst lateness %.1f ms, "
-           "%d early; %d worker reports\n",
-           o->conns, o->active, (int)(o->run_ns / MS), (int)(o->idle_ns / MS),
-           ran_ms, srv.reads, (double)srv.worst_late / MS, srv.early,
-           srv.reports);
-    int bad = 0;
-    if (srv.early) {
-        fprintf(stderr, "FAILED: %d connections closed early\n", srv.early);
-        bad = 1;
-    }
-    if (!order_ok) {
-        fprintf(stderr, "FAILED: an active connection was closed before an "
-                        "idle one\n");
-        bad = 1;
-    }
-    if (atomic_load(&srv.off_loop)) {
-        fprintf(stderr, "FAILED: %d loop callbacks ran off the loop thread\n",
-                atomic_load(&srv.off_loop));
-        bad = 1;
-    }
-    if (srv.reports == 0 && ran_ms > 200) {
-        fprintf(stderr, "FAILED: no worker report reached the loop\n");
-        bad = 1;
-    }
-    if (srv.failures) {
-        fprintf(stderr, "FAILED: %d chime calls failed\n", srv.failures);
-        bad = 1;
-    }
-    return bad;
+    return verdict(&srv.run, ran_ms);
 }
