@@ -15,9 +15,11 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 /* ---- latch -------------------------------------------------------------- */
 
@@ -604,4 +606,23 @@ rnd(uint64_t *s)
     *s ^= *s << 25;
     *s ^= *s >> 27;
     return *s * UINT64_C(2685821657736338717);
+}
+
+/* ---- fork children ------------------------------------------------------ */
+
+int
+t_child_exit(pid_t pid, const char *hang)
+{
+    int status = 0;
+    pid_t got = 0;
+    bool exited =
+        T_WAIT_UNTIL((got = waitpid(pid, &status, WNOHANG)) != 0, T_LONG_NS);
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        cr_assert_fail("%s", hang);
+    }
+    cr_assert_eq(got, pid);
+    cr_assert(WIFEXITED(status), "the child died: status %#x", status);
+    return WEXITSTATUS(status);
 }

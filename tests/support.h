@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <time.h>
 
 /* ---- time constants ----------------------------------------------------- */
@@ -305,6 +306,12 @@ int t_schedule_periodic(chime_pool *p, bool fixed_rate, chime_task_fn fn,
 
 /* Raises *max to at least v. */
 void t_atomic_max(atomic_int *max, int v);
+
+/* ---- fork children ------------------------------------------------------ */
+/* Waits (at most T_LONG_NS) for the fork child pid to exit and returns its
+ * exit status; fails the test if it died of a signal, or, after killing
+ * and reaping it, with the message `hang` if it did not exit in time. */
+int t_child_exit(pid_t pid, const char *hang);
 
 /* ---- environment and seeds ---------------------------------------------- */
 /* A positive number from the environment, else dflt. */

@@ -520,22 +520,13 @@ Test(loop, calls_on_inherited_objects_in_a_forked_child_are_echild)
             bad |= 1 << 6;
         _exit(bad);
     }
-    int status = 0;
-    pid_t got = 0;
-    bool exited =
-        T_WAIT_UNTIL((got = waitpid(pid, &status, WNOHANG)) != 0, T_LONG_NS);
-    if (!exited) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        cr_assert_fail("the child hung (blocked on an inherited lock?)");
-    }
-    cr_assert_eq(got, pid);
-    cr_assert(WIFEXITED(status), "the child died: status %#x", status);
-    cr_assert_eq(WEXITSTATUS(status), 0,
+    int status =
+        t_child_exit(pid, "the child hung (blocked on an inherited lock?)");
+    cr_assert_eq(status, 0,
                  "calls in the child that did not return -ECHILD (bits: "
                  "0 post, 1 pool_schedule, 2 loop_schedule, 3 dispatch, "
                  "4 loop_new, 5 close, 6 destroy): %#x",
-                 WEXITSTATUS(status));
+                 status);
 
     /* the parent is untouched */
     cr_assert_eq(chime_loop_dispatch(l), 1);

@@ -696,21 +696,11 @@ Test(glib, in_a_forked_child_the_source_stops_instead_of_spinning)
             bad |= 1 << 3;
         _exit(bad);
     }
-    int status = 0;
-    pid_t got = 0;
-    bool exited =
-        T_WAIT_UNTIL((got = waitpid(pid, &status, WNOHANG)) != 0, T_LONG_NS);
-    if (!exited) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        cr_assert_fail("the child hung (spinning on the fd?)");
-    }
-    cr_assert_eq(got, pid);
-    cr_assert(WIFEXITED(status), "the child died: status %#x", status);
-    cr_assert_eq(WEXITSTATUS(status), 0,
+    int status = t_child_exit(pid, "the child hung (spinning on the fd?)");
+    cr_assert_eq(status, 0,
                  "in the child (bits: 0 dispatched more than once, 1 status "
                  "not -ECHILD, 2 not destroyed, 3 the post ran): %#x",
-                 WEXITSTATUS(status));
+                 status);
 
     /* the parent's source is untouched */
     cr_assert_eq(iterate(lc.ctx, 1), 1);

@@ -16,6 +16,7 @@
 #include <criterion/criterion.h>
 
 #include "../support.h"
+#include "adapter_support.h"
 #include "chime/uv.h"
 
 #include <errno.h>
@@ -47,16 +48,13 @@ typedef struct rig {
     uv_timer_t watchdog;
     bool watchdog_fired; /* loop thread */
     pthread_t thread;    /* when the loop runs on its own thread */
-    pthread_t loop_tid;  /* written before uv_run, by the loop thread */
-    atomic_int wrong_thread;
-    atomic_int errors;
+    at_thread th;        /* the loop thread; wrong threads, errors */
 } rig;
 
 static void
 on_loop_thread(rig *r)
 {
-    if (!pthread_equal(pthread_self(), r->loop_tid))
-        atomic_fetch_add(&r->wrong_thread, 1);
+    at_on_thread(&r->th);
 }
 
 static void
@@ -92,7 +90,7 @@ rig_init(rig *r, unsigned threads, unsigned batch_limit)
 static void
 rig_run_here(rig *r)
 {
-    r->loop_tid = pthread_self();
+    r->th.tid = pthread_self();
     uv_run(&r->uvl, UV_RUN_DEFAULT);
 }
 
@@ -119,7 +117,7 @@ detach_fn(chime_task *self, void *arg, void **result)
     rig *r = arg;
     on_loop_thread(r);
     if (chime_uv_detach(r->cu) != 0)
-        atomic_fetch_add(&r->errors, 1);
+        atomic_fetch_add(&r->th.errors, 1);
     r->cu = NULL;
     return 0;
 }
@@ -145,10 +143,7 @@ rig_finish(rig *r)
     cr_assert_eq(uv_run(&r->uvl, UV_RUN_DEFAULT), 0);
     cr_assert_eq(uv_loop_close(&r->uvl), 0, "a handle is left on the loop");
     cr_assert_eq(chime_pool_destroy(r->pool), 0);
-    cr_assert_eq(atomic_load(&r->wrong_thread), 0,
-                 "%d callbacks ran off the loop thread",
-                 atomic_load(&r->wrong_thread));
-    cr_assert_eq(atomic_load(&r->errors), 0);
+    at_thread_check(&r->th);
 }
 
 /* Detach when the loop does not run, then finish. */
@@ -160,132 +155,22 @@ rig_detach_and_finish(rig *r)
     rig_finish(r);
 }
 
-/* ---- posts and loop tasks from other threads --------------------------- */
-
-#define PRODUCERS 3
-#define PER_PRODUCER 400
-#define TIMED_PER_PRODUCER 40
-
-typedef struct flood flood;
-
-typedef struct item {
-    flood *f;
-    int producer;
-    int seq;
-} item;
-
-struct flood {
-    rig *r;
-    item items[PRODUCERS][PER_PRODUCER];
-    int next[PRODUCERS]; /* loop thread: the seq expected next */
-    atomic_int ran;      /* posts run */
-    atomic_int timed;    /* loop tasks run */
-    atomic_int out_of_order;
-    atomic_int refused;
-    int producer_ids[PRODUCERS];
-    pthread_t producers[PRODUCERS];
-};
-
-static int
-post_item_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    item *it = arg;
-    flood *f = it->f;
-    on_loop_thread(f->r);
-    if (f->next[it->producer] != it->seq)
-        atomic_fetch_add(&f->out_of_order, 1);
-    f->next[it->producer] = it->seq + 1;
-    atomic_fetch_add(&f->ran, 1);
-    return 0;
-}
-
-static int
-timed_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    flood *f = arg;
-    on_loop_thread(f->r);
-    atomic_fetch_add(&f->timed, 1);
-    return 0;
-}
-
-static void *
-producer_main(void *arg)
-{
-    item *first = arg;
-    flood *f = first->f;
-    int p = first->producer;
-    for (int i = 0; i < PER_PRODUCER; i++) {
-        if (chime_loop_post(f->r->loop, post_item_fn, &f->items[p][i], NULL) !=
-            0)
-            atomic_fetch_add(&f->refused, 1);
-        if (i % (PER_PRODUCER / TIMED_PER_PRODUCER) == 0 &&
-            chime_loop_schedule(f->r->loop, timed_fn, f, (i % 7) * MS, NULL) !=
-                0)
-            atomic_fetch_add(&f->refused, 1);
-    }
-    return NULL;
-}
+/* ---- posts and loop tasks from other threads, timers, cancel ----------- */
+/* The checks are adapter_support.c's; the rig runs the loop around them. */
 
 Test(uv, posts_and_loop_tasks_from_other_threads_run_on_the_loop_thread)
 {
     rig r;
     rig_init(&r, 2, 4); /* a small batch: many level-triggered re-polls */
-    flood *f = calloc(1, sizeof *f);
-    cr_assert_not_null(f);
-    f->r = &r;
-    for (int p = 0; p < PRODUCERS; p++)
-        for (int i = 0; i < PER_PRODUCER; i++)
-            f->items[p][i] = (item){.f = f, .producer = p, .seq = i};
     rig_start_thread(&r);
-    for (int p = 0; p < PRODUCERS; p++)
-        cr_assert_eq(pthread_create(&f->producers[p], NULL, producer_main,
-                                    &f->items[p][0]),
-                     0);
-    for (int p = 0; p < PRODUCERS; p++)
-        cr_assert_eq(pthread_join(f->producers[p], NULL), 0);
-    cr_assert_eq(atomic_load(&f->refused), 0);
-    cr_assert(T_WAIT_UNTIL(atomic_load(&f->ran) == PRODUCERS * PER_PRODUCER &&
-                               atomic_load(&f->timed) ==
-                                   PRODUCERS * TIMED_PER_PRODUCER,
-                           T_LONG_NS),
-              "ran %d of %d posts and %d of %d loop tasks",
-              atomic_load(&f->ran), PRODUCERS * PER_PRODUCER,
-              atomic_load(&f->timed), PRODUCERS * TIMED_PER_PRODUCER);
-    chime_loop_stats st = lstats(r.loop);
+    chime_loop_stats st = at_flood(r.loop, &r.th);
     rig_stop_thread(&r);
-    cr_assert_eq(atomic_load(&f->out_of_order), 0,
-                 "%d posts ran out of their producer's order",
-                 atomic_load(&f->out_of_order));
     /* batch_limit 4: the work took many dispatches, each one a poll
      * callback of its own */
     cr_assert_geq(st.dispatch_calls,
-                  (PRODUCERS * (PER_PRODUCER + TIMED_PER_PRODUCER)) / 4);
+                  (AT_PRODUCERS * (AT_PER_PRODUCER + AT_TIMED_PER_PRODUCER)) /
+                      4);
     rig_finish(&r);
-    free(f);
-}
-
-/* ---- a timer fires, cancel is exact ------------------------------------ */
-
-typedef struct stamp {
-    rig *r;
-    _Atomic int64_t at;
-    atomic_int runs;
-} stamp;
-
-static int
-stamp_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    stamp *s = arg;
-    on_loop_thread(s->r);
-    atomic_store(&s->at, chime_now_ns());
-    atomic_fetch_add(&s->runs, 1);
-    return 0;
 }
 
 Test(uv, a_loop_timer_fires_on_the_loop_thread_after_its_delay)
@@ -293,56 +178,9 @@ Test(uv, a_loop_timer_fires_on_the_loop_thread_after_its_delay)
     rig r;
     rig_init(&r, 1, 0);
     rig_start_thread(&r);
-    stamp once = {.r = &r}, every = {.r = &r};
-    chime_task *h = NULL, *hp = NULL;
-    int64_t t0 = chime_now_ns();
-    cr_assert_eq(chime_loop_schedule(r.loop, stamp_fn, &once, 40 * MS, &h), 0);
-    cr_assert_eq(chime_loop_schedule_at_fixed_rate(r.loop, stamp_fn, &every,
-                                                   5 * MS, 5 * MS, &hp),
-                 0);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
-    int64_t late = atomic_load(&once.at) - t0;
-    cr_assert_geq(late, 40 * MS, "fired after %.1f ms (< 40 ms)", late / 1e6);
-    cr_assert_leq(late, 40 * MS + T_UPPER_NS);
-    cr_assert_eq(atomic_load(&once.runs), 1);
-    cr_assert(T_WAIT_UNTIL(atomic_load(&every.runs) >= 5, T_LONG_NS));
-    /* cancel a periodic loop task from another thread: no run after the
-     * cancel returned (at most one already started, which finishes) */
-    cr_assert_eq(chime_task_cancel(hp, 0), 0);
-    cr_assert_eq(chime_task_wait(hp, T_LONG_NS, NULL), -ECANCELED);
-    int n = atomic_load(&every.runs);
-    cr_assert(t_stays(&every.runs, n));
+    at_timer_fires(r.loop, &r.th);
     rig_stop_thread(&r);
-    T_RELEASE(h, hp);
     rig_finish(&r);
-}
-
-typedef struct canceller {
-    rig *r;
-    atomic_int victim_runs;
-    atomic_int cancel_rc;
-    atomic_int wait_rc;
-} canceller;
-
-/* On the loop thread: a loop task due now, cancelled before any dispatch
- * could run it: it never runs. */
-static int
-cancel_on_loop_fn(chime_task *self, void *arg, void **result)
-{
-    (void)self;
-    (void)result;
-    canceller *c = arg;
-    on_loop_thread(c->r);
-    chime_task *v = NULL;
-    if (chime_loop_schedule(c->r->loop, t_count_fn, &c->victim_runs, 0, &v) !=
-        0) {
-        atomic_fetch_add(&c->r->errors, 1);
-        return 0;
-    }
-    atomic_store(&c->cancel_rc, chime_task_cancel(v, 0));
-    atomic_store(&c->wait_rc, chime_task_wait(v, 0, NULL));
-    chime_task_release(v);
-    return 0;
 }
 
 Test(uv, cancelled_loop_tasks_never_run)
@@ -350,36 +188,8 @@ Test(uv, cancelled_loop_tasks_never_run)
     rig r;
     rig_init(&r, 2, 0);
     rig_start_thread(&r);
-    atomic_int n = 0;
-    chime_task *far = NULL, *near = NULL;
-    cr_assert_eq(chime_loop_schedule(r.loop, t_count_fn, &n, T_FAR_NS, &far),
-                 0);
-    cr_assert_eq(chime_loop_schedule(r.loop, t_count_fn, &n, 50 * MS, &near),
-                 0);
-    /* from another thread than the loop's */
-    cr_assert_eq(chime_task_cancel(far, 0), 0);
-    cr_assert_eq(chime_task_cancel(near, 0), 0);
-    cr_assert_eq(chime_task_wait(far, 0, NULL), -ECANCELED);
-    cr_assert_eq(chime_task_wait(near, 0, NULL), -ECANCELED);
-    /* on the loop thread, exact even for a task already due */
-    canceller c = {.r = &r};
-    atomic_init(&c.cancel_rc, 1);
-    atomic_init(&c.wait_rc, 1);
-    chime_task *hc = NULL;
-    cr_assert_eq(chime_loop_post(r.loop, cancel_on_loop_fn, &c, &hc), 0);
-    cr_assert_eq(chime_task_wait(hc, T_LONG_NS, NULL), 0);
-    cr_assert_eq(atomic_load(&c.cancel_rc), 0);
-    cr_assert_eq(atomic_load(&c.wait_rc), -ECANCELED);
-    /* past the 50 ms the cancelled timer had: nothing ran */
-    stamp later = {.r = &r};
-    chime_task *hl = NULL;
-    cr_assert_eq(chime_loop_schedule(r.loop, stamp_fn, &later, 80 * MS, &hl),
-                 0);
-    cr_assert_eq(chime_task_wait(hl, T_LONG_NS, NULL), 0);
+    at_cancel_is_exact(r.loop, &r.th);
     rig_stop_thread(&r);
-    cr_assert_eq(atomic_load(&n), 0);
-    cr_assert_eq(atomic_load(&c.victim_runs), 0);
-    T_RELEASE(far, near, hc, hl);
     rig_finish(&r);
 }
 
@@ -431,9 +241,9 @@ start_flood_fn(chime_task *self, void *arg, void **result)
     on_loop_thread(s->r);
     for (int i = 0; i < FLOOD; i++)
         if (chime_loop_post(s->r->loop, flood_fn, s, NULL) != 0)
-            atomic_fetch_add(&s->r->errors, 1);
+            atomic_fetch_add(&s->r->th.errors, 1);
     if (write(s->pipe[1], "x", 1) != 1)
-        atomic_fetch_add(&s->r->errors, 1);
+        atomic_fetch_add(&s->r->th.errors, 1);
     return 0;
 }
 
@@ -471,7 +281,7 @@ Test(uv, eperm_stops_the_poll_handle_instead_of_spinning)
     atomic_int n = 0;
     chime_task *h = NULL;
     cr_assert_eq(chime_loop_post(r.loop, t_count_fn, &n, &h), 0);
-    r.loop_tid = pthread_self();
+    r.th.tid = pthread_self();
     uv_run(&r.uvl, UV_RUN_DEFAULT); /* returns: the handle stopped */
     cr_assert_not(r.watchdog_fired, "uv_run spun on the readable fd");
     cr_assert_eq(chime_uv_status(r.cu), -EPERM);
@@ -509,7 +319,7 @@ close_behind_cb(uv_timer_t *t)
     struct epoll_event ev = {.events = EPOLLIN};
     if (s->dupfd < 0 || s->evfd < 0 ||
         epoll_ctl(s->dupfd, EPOLL_CTL_ADD, s->evfd, &ev) != 0)
-        atomic_fetch_add(&s->r->errors, 1);
+        atomic_fetch_add(&s->r->th.errors, 1);
     atomic_store(&s->close_rc, chime_loop_close(s->r->loop));
     uv_close((uv_handle_t *)t, NULL);
 }
@@ -522,7 +332,7 @@ arm_close_behind_fn(chime_task *self, void *arg, void **result)
     shut *s = arg;
     on_loop_thread(s->r);
     if (uv_timer_start(&s->timer, close_behind_cb, 0, 0) != 0)
-        atomic_fetch_add(&s->r->errors, 1);
+        atomic_fetch_add(&s->r->th.errors, 1);
     return 0;
 }
 
@@ -554,7 +364,7 @@ close_own_binding_fn(chime_task *self, void *arg, void **result)
     rig *r = arg;
     on_loop_thread(r);
     if (chime_loop_close(r->loop) != 0)
-        atomic_fetch_add(&r->errors, 1);
+        atomic_fetch_add(&r->th.errors, 1);
     return 0;
 }
 
@@ -596,7 +406,7 @@ Test(uv, echild_stops_the_poll_handle_in_a_forked_child)
         int bad = 0;
         if (uv_loop_fork(&r.uvl) != 0)
             _exit(100);
-        r.loop_tid = pthread_self();
+        r.th.tid = pthread_self();
         uv_run(&r.uvl, UV_RUN_DEFAULT);
         if (r.watchdog_fired)
             bad |= 1 << 0;
@@ -606,19 +416,8 @@ Test(uv, echild_stops_the_poll_handle_in_a_forked_child)
             bad |= 1 << 2;
         _exit(bad);
     }
-    int status = 0;
-    pid_t got = 0;
-    bool exited =
-        T_WAIT_UNTIL((got = waitpid(pid, &status, WNOHANG)) != 0, T_LONG_NS);
-    if (!exited) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        cr_assert_fail("the child spun in uv_run");
-    }
-    cr_assert_eq(got, pid);
-    cr_assert(WIFEXITED(status));
-    cr_assert_eq(WEXITSTATUS(status), 0, "child: bits %#x",
-                 WEXITSTATUS(status));
+    int status = t_child_exit(pid, "the child spun in uv_run");
+    cr_assert_eq(status, 0, "child: bits %#x", status);
     /* the parent's loop still gets its post */
     cr_assert(readable(r.loop));
     cr_assert_eq(chime_loop_post(r.loop, detach_fn, &r, NULL), 0);
@@ -646,7 +445,7 @@ detach_from_uv_cb(uv_timer_t *t)
     later *l = t->data;
     on_loop_thread(l->r);
     if (chime_uv_detach(l->r->cu) != 0)
-        atomic_fetch_add(&l->r->errors, 1);
+        atomic_fetch_add(&l->r->th.errors, 1);
     l->r->cu = NULL;
     for (int i = 0; i < 4; i++)
         if (chime_task_wait(l->h[i], 0, NULL) == -ECANCELED)

@@ -8,26 +8,14 @@
 
 #include <ev.h>
 
-#include <pthread.h>
-#include <stdbool.h>
-#include <stdio.h>
-
-struct state {
-    struct ev_loop *loop;
-    pthread_t loop_thread;
-    bool ran;
-    bool on_loop_thread;
-    bool timed_out;
-};
+#include "consumer_common.h"
 
 static int
 hello(chime_task *self, void *arg, void **result)
 {
     (void)self;
     (void)result;
-    struct state *s = arg;
-    s->ran = true;
-    s->on_loop_thread = pthread_equal(pthread_self(), s->loop_thread);
+    struct consumer_state *s = consumer_ran(arg);
     ev_break(s->loop, EVBREAK_ALL);
     return 0;
 }
@@ -36,7 +24,7 @@ static void
 on_timeout(struct ev_loop *loop, ev_timer *timer, int revents)
 {
     (void)revents;
-    struct state *s = timer->data;
+    struct consumer_state *s = timer->data;
     s->timed_out = true;
     ev_break(loop, EVBREAK_ALL);
 }
@@ -44,54 +32,40 @@ on_timeout(struct ev_loop *loop, ev_timer *timer, int revents)
 int
 main(void)
 {
-    struct state s = {0};
+    struct consumer_state s = {0};
+    struct ev_loop *loop;
     ev_timer timer;
     chime_pool *pool = NULL;
     chime_ev *ce = NULL;
     chime_task *task = NULL;
 
     s.loop_thread = pthread_self();
-    int rc = chime_pool_new(NULL, &pool);
-    if (rc != 0) {
-        fprintf(stderr, "chime_pool_new: %s\n", chime_strerror(rc));
+    if (!consumer_pool_new(&pool))
         return 1;
-    }
-    s.loop = ev_loop_new(EVFLAG_AUTO);
-    if (s.loop == NULL) {
+    s.loop = loop = ev_loop_new(EVFLAG_AUTO);
+    if (loop == NULL) {
         fprintf(stderr, "ev_loop_new failed\n");
         return 1;
     }
-    rc = chime_ev_attach(pool, s.loop, NULL, &ce);
+    int rc = chime_ev_attach(pool, loop, NULL, &ce);
     if (rc == 0)
         rc = chime_loop_post(chime_ev_loop(ce), hello, &s, &task);
-    if (rc != 0) {
-        fprintf(stderr, "attach/post: %s\n", chime_strerror(rc));
+    if (!consumer_ok("attach/post", rc))
         return 1;
-    }
 
     /* A hang fails after 10 s instead of blocking the test. */
     ev_timer_init(&timer, on_timeout, 10.0, 0.0);
     timer.data = &s;
-    ev_timer_start(s.loop, &timer);
-    ev_run(s.loop, 0);
-    ev_timer_stop(s.loop, &timer);
+    ev_timer_start(loop, &timer);
+    ev_run(loop, 0);
+    ev_timer_stop(loop, &timer);
 
     int wrc = chime_task_wait(task, 0, NULL);
     chime_task_release(task);
     int drc = chime_ev_detach(ce);
-    ev_loop_destroy(s.loop);
+    ev_loop_destroy(loop);
     int prc = chime_pool_destroy(pool);
 
-    if (!s.ran || !s.on_loop_thread || s.timed_out || wrc != 0 || drc != 0 ||
-        prc != 0) {
-        fprintf(stderr,
-                "ev_consumer: ran %d on loop thread %d timed out %d, "
-                "wait %s, detach %s, destroy %s\n",
-                s.ran, s.on_loop_thread, s.timed_out, chime_strerror(wrc),
-                chime_strerror(drc), chime_strerror(prc));
-        return 1;
-    }
-    printf("ev_consumer: chime %s ran one callback on the ev loop\n",
-           chime_version());
-    return 0;
+    return consumer_report("ev_consumer", &s, wrc, "detach", drc, prc,
+                           "ran one callback on the ev loop");
 }

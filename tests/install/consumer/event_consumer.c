@@ -8,27 +8,15 @@
 
 #include <event2/event.h>
 
-#include <pthread.h>
-#include <stdbool.h>
-#include <stdio.h>
-
-struct state {
-    struct event_base *base;
-    pthread_t loop_thread;
-    bool ran;
-    bool on_loop_thread;
-    bool timed_out;
-};
+#include "consumer_common.h"
 
 static int
 hello(chime_task *self, void *arg, void **result)
 {
     (void)self;
     (void)result;
-    struct state *s = arg;
-    s->ran = true;
-    s->on_loop_thread = pthread_equal(pthread_self(), s->loop_thread);
-    event_base_loopbreak(s->base);
+    struct consumer_state *s = consumer_ran(arg);
+    event_base_loopbreak(s->loop);
     return 0;
 }
 
@@ -37,57 +25,43 @@ on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    struct state *s = arg;
+    struct consumer_state *s = arg;
     s->timed_out = true;
-    event_base_loopbreak(s->base);
+    event_base_loopbreak(s->loop);
 }
 
 int
 main(void)
 {
-    struct state s = {.loop_thread = pthread_self()};
+    struct consumer_state s = {.loop_thread = pthread_self()};
+    struct event_base *base;
     chime_pool *pool = NULL;
     chime_event *ce = NULL;
     chime_task *task = NULL;
 
-    int rc = chime_pool_new(NULL, &pool);
-    if (rc != 0) {
-        fprintf(stderr, "chime_pool_new: %s\n", chime_strerror(rc));
+    if (!consumer_pool_new(&pool))
         return 1;
-    }
-    s.base = event_base_new();
-    if (s.base == NULL) {
+    s.loop = base = event_base_new();
+    if (base == NULL) {
         fprintf(stderr, "event_base_new failed\n");
         return 1;
     }
-    rc = chime_event_attach(pool, s.base, NULL, &ce);
+    int rc = chime_event_attach(pool, base, NULL, &ce);
     if (rc == 0)
         rc = chime_loop_post(chime_event_loop(ce), hello, &s, &task);
-    if (rc != 0) {
-        fprintf(stderr, "attach/post: %s\n", chime_strerror(rc));
+    if (!consumer_ok("attach/post", rc))
         return 1;
-    }
 
     struct timeval ten_s = {10, 0};
-    event_base_once(s.base, -1, EV_TIMEOUT, on_timeout, &s, &ten_s);
-    event_base_dispatch(s.base);
+    event_base_once(base, -1, EV_TIMEOUT, on_timeout, &s, &ten_s);
+    event_base_dispatch(base);
 
     int wrc = chime_task_wait(task, 0, NULL);
     chime_task_release(task);
     int drc = chime_event_detach(ce);
-    event_base_free(s.base);
+    event_base_free(base);
     int prc = chime_pool_destroy(pool);
 
-    if (!s.ran || !s.on_loop_thread || s.timed_out || wrc != 0 || drc != 0 ||
-        prc != 0) {
-        fprintf(stderr,
-                "event_consumer: ran %d on loop thread %d timed out %d, "
-                "wait %s, detach %s, destroy %s\n",
-                s.ran, s.on_loop_thread, s.timed_out, chime_strerror(wrc),
-                chime_strerror(drc), chime_strerror(prc));
-        return 1;
-    }
-    printf("event_consumer: chime %s ran one callback on the event_base\n",
-           chime_version());
-    return 0;
+    return consumer_report("event_consumer", &s, wrc, "detach", drc, prc,
+                           "ran one callback on the event_base");
 }

@@ -13,26 +13,14 @@
 
 #include <uv.h>
 
-#include <pthread.h>
-#include <stdbool.h>
-#include <stdio.h>
-
-struct state {
-    uv_loop_t *loop;
-    pthread_t loop_thread;
-    bool ran;
-    bool on_loop_thread;
-    bool timed_out;
-};
+#include "consumer_common.h"
 
 static int
 hello(chime_task *self, void *arg, void **result)
 {
     (void)self;
     (void)result;
-    struct state *s = arg;
-    s->ran = true;
-    s->on_loop_thread = pthread_equal(pthread_self(), s->loop_thread);
+    struct consumer_state *s = consumer_ran(arg);
     uv_stop(s->loop);
     return 0;
 }
@@ -40,7 +28,7 @@ hello(chime_task *self, void *arg, void **result)
 static void
 on_timeout(uv_timer_t *timer)
 {
-    struct state *s = timer->data;
+    struct consumer_state *s = timer->data;
     s->timed_out = true;
     uv_stop(s->loop);
 }
@@ -48,7 +36,7 @@ on_timeout(uv_timer_t *timer)
 int
 main(void)
 {
-    struct state s = {0};
+    struct consumer_state s = {0};
     uv_loop_t loop;
     uv_timer_t timer;
     chime_pool *pool = NULL;
@@ -57,22 +45,17 @@ main(void)
 
     s.loop = &loop;
     s.loop_thread = pthread_self();
-    int rc = chime_pool_new(NULL, &pool);
-    if (rc != 0) {
-        fprintf(stderr, "chime_pool_new: %s\n", chime_strerror(rc));
+    if (!consumer_pool_new(&pool))
         return 1;
-    }
     if (uv_loop_init(&loop) != 0) {
         fprintf(stderr, "uv_loop_init failed\n");
         return 1;
     }
-    rc = chime_uv_attach(pool, &loop, NULL, &cu);
+    int rc = chime_uv_attach(pool, &loop, NULL, &cu);
     if (rc == 0)
         rc = chime_loop_post(chime_uv_loop(cu), hello, &s, &task);
-    if (rc != 0) {
-        fprintf(stderr, "attach/post: %s\n", chime_strerror(rc));
+    if (!consumer_ok("attach/post", rc))
         return 1;
-    }
 
     /* A hang fails after 10 s instead of blocking the test. */
     uv_timer_init(&loop, &timer);
@@ -88,16 +71,10 @@ main(void)
     int lrc = uv_loop_close(&loop);
     int prc = chime_pool_destroy(pool);
 
-    if (!s.ran || !s.on_loop_thread || s.timed_out || wrc != 0 || drc != 0 ||
-        lrc != 0 || prc != 0) {
-        fprintf(stderr,
-                "uv_consumer: ran %d on loop thread %d timed out %d, "
-                "wait %s, detach %s, uv_loop_close %d, destroy %s\n",
-                s.ran, s.on_loop_thread, s.timed_out, chime_strerror(wrc),
-                chime_strerror(drc), lrc, chime_strerror(prc));
+    if (lrc != 0) {
+        fprintf(stderr, "uv_consumer: uv_loop_close %d\n", lrc);
         return 1;
     }
-    printf("uv_consumer: chime %s ran one callback on the uv loop\n",
-           chime_version());
-    return 0;
+    return consumer_report("uv_consumer", &s, wrc, "detach", drc, prc,
+                           "ran one callback on the uv loop");
 }
