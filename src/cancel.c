@@ -13,6 +13,23 @@
  * - Re-arm to a later deadline of a queued one-shot is O(1): the slot
  *   keeps its old key and CHIME_TF_DEFER holds the real deadline until the
  *   slot reaches the head (worker.c).
+ * - Cancel without pool->mu (cancel_fast): a queued pool one-shot
+ *   (PENDING) with remove_on_cancel on and the inbox open is cancelled by
+ *   one CAS of its state, PENDING -> CANCELLED: the outcome is decided
+ *   there, as every way out of PENDING under the lock is a CAS too (the
+ *   due ring's fill, worker.c; shutdown's hand-back). The canceller takes
+ *   one handle reference for the rest of the work and hands the task to
+ *   the inbox (its cancel buffer, under ilock); the next drain, which
+ *   anyone who takes the lock to look at the queue makes first
+ *   (chime__pool_lock), counts it, detaches its slot and drops both
+ *   references (chime__cancelled_locked), in a batch whose slot misses
+ *   overlap. Whoever meets the CANCELLED task in the queue before that
+ *   (the leader's head, the fill, a filter) takes it out as any cancelled
+ *   task; the canceller's reference keeps it valid for the drain. A
+ *   waiter counts itself and then reads the state; the canceller CASes
+ *   the state and then reads the count (both seq_cst): one sees the
+ *   other. A closed or full buffer: the canceller takes the lock and
+ *   finishes itself. docs/model/cancel.pml.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -79,6 +96,46 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
     return 0;
 }
 
+/* Cancel of a queued pool one-shot without the pool's lock (see the
+ * design notes). Returns 1 when the task is not one for it (the locked
+ * path decides), else the result (0). */
+static int
+cancel_fast(struct chime_task *t)
+{
+    if (t->loop_id != 0 || chime__task_kind(t) != CHIME_KIND_ONESHOT)
+        return 1;
+    struct chime_pool *p = t->pool;
+    if (!atomic_load_explicit(&p->iopen, memory_order_relaxed) ||
+        !atomic_load_explicit(&p->remove_on_cancel, memory_order_relaxed))
+        return 1;
+    int8_t st = CHIME_TASK_PENDING;
+    if (!chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED))
+        return 1;
+    /* Ordered before the hand-off (ilock) and before this caller's own
+     * release (program order): the drain's reference. */
+    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+    if (!chime__inbox_cancel(p, t)) {
+        /* Closed or full: finished here, under the lock. */
+        struct chime_task *garbage = NULL;
+        chime__pool_lock(p);
+        chime__cancelled_locked(p, t, &garbage);
+        if (atomic_load(&p->waiters))
+            pthread_cond_broadcast(&p->done_cv);
+        chime__try_terminate_locked(p);
+        pthread_mutex_unlock(&p->mu);
+        chime__free_garbage(garbage);
+        return 0;
+    }
+    /* seq_cst after the CAS: a waiter counts itself, then reads the state
+     * (task.c). */
+    if (atomic_load(&p->waiters) != 0) {
+        chime__pool_lock(p);
+        pthread_cond_broadcast(&p->done_cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    return 0;
+}
+
 /* Takes the lock a task that has not completed is changed under: its
  * binding's mu for a loop task (*l set), else its pool's mu (*l NULL).
  * Returns 0 holding it, or -EALREADY (completed) / -ECHILD (forked child)
@@ -113,6 +170,12 @@ chime_task_cancel(chime_task *t, unsigned flags)
 {
     if (t == NULL || (flags & ~CHIME_CANCEL_INTERRUPT) != 0)
         return -EINVAL;
+    int st = chime__task_state(t);
+    if (chime__state_is_final(st))
+        return -EALREADY; /* the pool may be gone: not touched */
+    if (st == CHIME_TASK_PENDING && !CHIME_FORKED(t->pool) &&
+        cancel_fast(t) == 0)
+        return 0;
     struct chime_loop *l;
     int rc = lock_live(t, &l);
     if (rc != 0)

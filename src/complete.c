@@ -146,6 +146,37 @@ chime__drop_locked(struct chime_task *t, struct chime_task **garbage)
 }
 
 void
+chime__cancelled_locked(struct chime_pool *p, struct chime_task *t,
+                        struct chime_task **garbage)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    CHIME_ASSERT(chime__task_state(t) == CHIME_TASK_CANCELLED);
+    p->st.cancelled++;
+    uint32_t drop = 1; /* the canceller's handle reference */
+    bool detached = false;
+    if (t->flags & CHIME_TF_INHEAP) {
+        /* Still queued: out now, with the queue's (the pool's) reference.
+         * Out of the heap, whoever took it out dropped that one. */
+        chime__heap_detach(&p->heap, t);
+        drop += CHIME_REF_POOL;
+        detached = true;
+    }
+    CHIME_HB_BEFORE(&t->refs);
+    uint32_t old = atomic_fetch_sub_explicit(&t->refs, drop,
+                                             memory_order_acq_rel);
+    CHIME_HB_AFTER(&t->refs);
+    if (((old - drop) & (CHIME_REF_POOL | CHIME_REF_HANDLES)) == 0) {
+        t->next = *garbage;
+        *garbage = t;
+    }
+    if (detached) {
+        uint32_t lazy = p->heap.lazy + p->heap.near_lazy;
+        if (lazy >= 64 && lazy * 2 > p->heap.len + p->heap.near_n)
+            chime__compact_locked(p, garbage);
+    }
+}
+
+void
 chime__free_garbage(struct chime_task *list)
 {
     /* Pool tasks go back to their slab as one chain per pool: one CAS on

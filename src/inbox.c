@@ -58,6 +58,15 @@
 #include <errno.h>
 
 
+/* Fetches the array slot of t (queued, or not: then nothing). */
+static inline void
+prefetch_slot(const chime_heap *h, const struct chime_task *t)
+{
+    uint32_t i = t->heap_index; /* a bucket's or run's entry: >= len */
+    if (i < h->len)
+        __builtin_prefetch(&h->slots[i], 1);
+}
+
 /* Finds free nodes for the inbox: false if there is no memory. */
 static bool
 refill(struct chime_pool *p)
@@ -81,8 +90,24 @@ refill(struct chime_pool *p)
 void
 chime__inbox_free(struct chime_pool *p)
 {
-    chime__free(p->ibuf < p->ispare ? p->ibuf : p->ispare);
-    p->ibuf = p->ispare = NULL;
+    chime__free(p->ibase);
+    p->ibase = NULL;
+    p->ibuf = p->ispare = p->cbuf = p->cspare = NULL;
+}
+
+bool
+chime__inbox_cancel(struct chime_pool *p, struct chime_task *t)
+{
+    chime__spin_lock(&p->ilock);
+    uint32_t n = atomic_load_explicit(&p->cin, memory_order_relaxed);
+    bool ok = atomic_load_explicit(&p->iopen, memory_order_relaxed) &&
+              n < CHIME_INBOX_CANCELS;
+    if (ok) {
+        p->cbuf[n] = t;
+        atomic_store_explicit(&p->cin, n + 1, memory_order_relaxed);
+    }
+    chime__spin_unlock(&p->ilock);
+    return ok;
 }
 
 int
@@ -186,15 +211,21 @@ void
 chime__inbox_drain_locked(struct chime_pool *p)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    uint32_t n = 0;
-    struct chime_task **v = NULL;
-    if (atomic_load_explicit(&p->in, memory_order_relaxed) != 0) {
+    uint32_t n = 0, nc = 0;
+    struct chime_task **v = NULL, **c = NULL;
+    if (atomic_load_explicit(&p->in, memory_order_relaxed) != 0 ||
+        atomic_load_explicit(&p->cin, memory_order_relaxed) != 0) {
         chime__spin_lock(&p->ilock);
         n = atomic_load_explicit(&p->in, memory_order_relaxed);
         v = p->ibuf;
         p->ibuf = p->ispare;
         p->ispare = v;
         atomic_store_explicit(&p->in, 0, memory_order_relaxed);
+        nc = atomic_load_explicit(&p->cin, memory_order_relaxed);
+        c = p->cbuf;
+        p->cbuf = p->cspare;
+        p->cspare = c;
+        atomic_store_explicit(&p->cin, 0, memory_order_relaxed);
         chime__spin_unlock(&p->ilock);
     }
     bool head = false;
@@ -215,6 +246,23 @@ chime__inbox_drain_locked(struct chime_pool *p)
     p->st.submitted += n;
     if (head)
         chime__new_head_locked(p);
+    if (nc != 0) {
+        /* Cancels made without the lock, after the submissions above (a
+         * handle's cancel follows its submission). Each detach writes a
+         * slot found through the task: both fetched ahead. */
+        struct chime_task *garbage = NULL;
+        for (uint32_t i = 0; i < nc; i++) {
+            if (i + 8 < nc)
+                __builtin_prefetch(c[i + 8], 1);
+            if (i + 4 < nc)
+                prefetch_slot(&p->heap, c[i + 4]);
+            chime__cancelled_locked(p, c[i], &garbage);
+        }
+        /* Nothing reaches these any more (their slots are detached, and
+         * they were never in the due ring): freed now, without waiting
+         * for the lock's release. */
+        chime__free_garbage(garbage);
+    }
     top_up_locked(p);
 }
 
@@ -240,13 +288,17 @@ chime__inbox_update_locked(struct chime_pool *p)
                 p->nthreads >= p->core && p->max_pending == 0;
     if (open == atomic_load_explicit(&p->iopen, memory_order_relaxed))
         return;
-    if (open && p->ibuf == NULL) {
-        struct chime_task **b =
-            chime__malloc(2 * (size_t)CHIME_INBOX_ROOM_MAX * sizeof(*b));
+    if (open && p->ibase == NULL) {
+        struct chime_task **b = chime__malloc(
+            2 * ((size_t)CHIME_INBOX_ROOM_MAX + CHIME_INBOX_CANCELS) *
+            sizeof(*b));
         if (b == NULL)
             return; /* stays closed: submissions take the lock */
-        p->ibuf = b; /* no producer looks at it while closed */
+        p->ibase = b; /* no producer looks at it while closed */
+        p->ibuf = b;
         p->ispare = b + CHIME_INBOX_ROOM_MAX;
+        p->cbuf = b + 2 * CHIME_INBOX_ROOM_MAX;
+        p->cspare = p->cbuf + CHIME_INBOX_CANCELS;
     }
     chime__spin_lock(&p->ilock);
     atomic_store_explicit(&p->iopen, open, memory_order_relaxed);

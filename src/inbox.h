@@ -11,6 +11,8 @@
  * found no room. */
 #define CHIME_INBOX_ROOM_MIN 1024u
 #define CHIME_INBOX_ROOM_MAX 16384u
+/* Cancels handed to the drain (cancel.c) a buffer holds. */
+#define CHIME_INBOX_CANCELS 4096u
 
 /* Submits the one-shot fn(arg) after delay through the inbox. Returns 0
  * (accepted: queued as if chime_pool_schedule had taken the lock), or 1:
@@ -19,9 +21,16 @@
  * and reports. */
 int chime__inbox_push(struct chime_pool *p, chime_task_fn fn, void *arg,
                       int64_t delay, chime_task **out);
+/* Hands t, a pool one-shot just cancelled by a CAS (its canceller's
+ * reference taken), to the next drain: true, or false when the inbox is
+ * closed or its cancel buffer full (the caller finishes the cancel under
+ * pool->mu: chime__cancelled_locked). */
+bool chime__inbox_cancel(struct chime_pool *p, struct chime_task *t);
 /* Moves every task submitted through the inbox so far into the heap, in
  * submission order (their sequence numbers are taken here), counts them
- * submitted and wakes the leader for a new head; then tops up the room.
+ * submitted and wakes the leader for a new head; then finishes the
+ * cancels handed over (after the submissions: a task's submission comes
+ * before its cancel) and tops up the room.
  * pool->mu held. */
 void chime__inbox_drain_locked(struct chime_pool *p);
 /* A worker about to wait: returns false if the inbox has tasks (drain and
@@ -41,6 +50,7 @@ static inline void
 chime__inbox_take_locked(struct chime_pool *p)
 {
     if (atomic_load_explicit(&p->in, memory_order_relaxed) != 0 ||
+        atomic_load_explicit(&p->cin, memory_order_relaxed) != 0 ||
         atomic_load_explicit(&p->iroom, memory_order_relaxed) < p->imax / 2)
         chime__inbox_drain_locked(p);
 }

@@ -194,6 +194,14 @@ struct chime_pool {
     struct chime_task **ispare; /* mu: the other buffer */
     struct chime_task *ifree;  /* ilock: free nodes for the inbox */
     int64_t iwake; /* ilock: a submission due before this wakes a worker */
+    /* ilock: queued one-shots cancelled without mu (cancel.c), in order,
+     * each holding one handle reference of its own; `cin` is also read
+     * without the lock as a hint. Two buffers of CHIME_INBOX_CANCELS
+     * after the submission buffers, swapped by the drain (mu). */
+    struct chime_task **cbuf;
+    _Atomic uint32_t cin;
+    struct chime_task **cspare; /* mu: the other buffer */
+    void *ibase; /* the buffers' allocation */
     char ipad2_[64];
 };
 
@@ -379,6 +387,13 @@ bool chime__complete_locked(struct chime_pool *p, struct chime_task *t,
  * final state was already set (by a CAS). */
 void chime__completed_locked(struct chime_pool *p, struct chime_task *t,
                              int state);
+/* The rest of a cancel made without mu (chime_task_cancel's fast path: t
+ * was PENDING, a pool one-shot, and a CAS made it CANCELLED; the canceller
+ * took one handle reference for this): counts it, takes its slot out of
+ * the queue if it is still there (with the pool's reference), and lets go
+ * of the canceller's reference. pool->mu held. */
+void chime__cancelled_locked(struct chime_pool *p, struct chime_task *t,
+                             struct chime_task **garbage);
 /* Drops the pool's reference on t; a task to free goes on *garbage. */
 void chime__drop_locked(struct chime_task *t, struct chime_task **garbage);
 /* Completes as cancelled each task on list (through task->next) that has

@@ -128,11 +128,16 @@ hand_back_locked(struct chime_pool *p, struct chime_loop *l,
                 chime__drop_locked(t, garbage);
             continue;
         }
-        if (l)
+        if (l) {
             chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED,
                                         -ECANCELED);
-        else
-            chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        } else if (!chime__complete_locked(p, t, CHIME_TASK_CANCELLED,
+                                           -ECANCELED)) {
+            /* Cancelled meanwhile without the lock (cancel.c): not ours
+             * to hand back. */
+            chime__drop_locked(t, garbage);
+            continue;
+        }
         if (give)
             chime_task_retain(t);
         if (l)

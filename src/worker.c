@@ -125,7 +125,10 @@ fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
         if (final) {
             /* A retained cancelled task (remove_on_cancel off) stays
              * queued while live tasks are ahead of it (the ring's): it
-             * goes into the ring in its place, for its claimer to drop. */
+             * goes into the ring in its place, for its claimer to drop.
+             * (So does one cancelled without the lock, cancel.c, whose
+             * cancel the inbox has not passed on yet: only a cancel
+             * racing with this fill, as the drain came first.) */
             if (tail == head || (t->flags & CHIME_TF_LAZY)) {
                 chime__heap_pop(&p->heap, NULL);
                 chime__drop_locked(t, &w->garbage);
@@ -141,10 +144,15 @@ fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
         uint32_t seq = t->seq; /* a periodic task's run deadline takes it */
         /* The deadline of this run (a one-shot keeps it apart from its
          * result, which its worker writes without the lock). */
-        if (!ghost)
-            chime__set_rearm_target(t, d);
         if (!ghost) {
-            chime__task_set_state(t, CHIME_TASK_BATCHED);
+            /* A CAS: a cancel without the lock (cancel.c) may take a
+             * PENDING task at any time; then it is out of the queue. */
+            int8_t pending = CHIME_TASK_PENDING;
+            if (!chime__task_cas_state(t, &pending, CHIME_TASK_BATCHED)) {
+                chime__drop_locked(t, &w->garbage);
+                continue;
+            }
+            chime__set_rearm_target(t, d);
             live++;
         } else {
             p->due_ghosts++;

@@ -10,6 +10,7 @@
 #include "support.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -457,6 +458,152 @@ Test(cancel, cancel_storm_keeps_the_queue_bounded)
     cr_assert_eq(s.completed, 0);
     cr_assert_eq(s.cancelled, ROUNDS);
     cr_assert_eq(s.threads_alive, 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    cr_assert_eq(atomic_load(&n), 0);
+}
+
+/* Cancels of queued one-shots take no pool lock: each is handed to the
+ * next drain, and a full hand-off buffer (4096) makes the canceller finish
+ * under the lock. Many cancels in a row with no lock taken between them
+ * cross that bound; every one must count and leave the queue. */
+Test(cancel, back_to_back_cancels_all_count_and_leave_the_queue)
+{
+    enum { N = 10000 };
+    chime_pool *p = pool_with(1);
+    atomic_int n = 0;
+    chime_task **h = calloc(N, sizeof(*h));
+    cr_assert_not_null(h);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &h[i]),
+                     0);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(chime_task_cancel(h[i], 0), 0, "task %d", i);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(chime_task_get_state(h[i]), CHIME_TASK_CANCELLED);
+        cr_assert_eq(chime_task_cancel(h[i], 0), -EALREADY);
+    }
+    chime_pool_stats s = stats_of(p);
+    cr_assert_eq(s.pending, 0);
+    cr_assert_eq(s.cancelled, N);
+    cr_assert_not(chime_pool_contains(p, h[0]));
+    cr_assert_not(chime_pool_contains(p, h[N - 1]));
+    for (int i = 0; i < N; i++)
+        chime_task_release(h[i]);
+    free(h);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    cr_assert_eq(atomic_load(&n), 0, "a cancelled task ran");
+}
+
+struct waiter_arg {
+    chime_task *h;
+    t_latch *up;
+    atomic_int rc;
+};
+
+static void *
+wait_forever(void *arg)
+{
+    struct waiter_arg *a = arg;
+    t_latch_count_down(a->up);
+    atomic_store(&a->rc, chime_task_wait(a->h, CHIME_FOREVER, NULL));
+    return NULL;
+}
+
+/* The lock-free cancel wakes threads waiting on the task (it reads the
+ * count of waiters after its CAS). A lost wake-up hangs a waiter: the
+ * suite's timeout fails the test. */
+Test(cancel, cancel_wakes_every_waiter_of_a_queued_task)
+{
+    enum { W = 3, ROUNDS = 50 };
+    chime_pool *p = pool_with(1);
+    atomic_int n = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        chime_task *h = NULL;
+        cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &h), 0);
+        t_latch up;
+        t_latch_init(&up, W);
+        pthread_t th[W];
+        struct waiter_arg a[W];
+        for (int i = 0; i < W; i++) {
+            a[i].h = h;
+            a[i].up = &up;
+            atomic_store(&a[i].rc, 1);
+            cr_assert_eq(pthread_create(&th[i], NULL, wait_forever, &a[i]), 0);
+        }
+        cr_assert(t_latch_wait(&up, T_LONG_NS));
+        cr_assert_eq(chime_task_cancel(h, 0), 0);
+        for (int i = 0; i < W; i++) {
+            pthread_join(th[i], NULL);
+            cr_assert_eq(atomic_load(&a[i].rc), -ECANCELED, "round %d", r);
+        }
+        t_latch_destroy(&up);
+        chime_task_release(h);
+    }
+    cr_assert_eq(stats_of(p).cancelled, ROUNDS);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    cr_assert_eq(atomic_load(&n), 0);
+}
+
+struct canceller_arg {
+    chime_task **h;
+    int n;
+    int *rc;
+};
+
+static void *
+cancel_all(void *arg)
+{
+    struct canceller_arg *a = arg;
+    for (int i = 0; i < a->n; i++)
+        a->rc[i] = chime_task_cancel(a->h[i], 0);
+    return NULL;
+}
+
+/* Cancels racing shutdown_now: each queued task has exactly one outcome
+ * owner, the cancel (0) or shutdown_now's list, never both nor neither. */
+Test(cancel, cancel_racing_shutdown_now_has_one_owner_per_task)
+{
+    enum { N = 5000 };
+    chime_pool *p = pool_with(1);
+    atomic_int n = 0;
+    chime_task **h = calloc(N, sizeof(*h));
+    int *rc = calloc(N, sizeof(*rc));
+    cr_assert(h && rc);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &h[i]),
+                     0);
+    struct canceller_arg a = {h, N, rc};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, cancel_all, &a), 0);
+    chime_task **back = NULL;
+    size_t nback = 0;
+    cr_assert_eq(chime_pool_shutdown_now(p, &back, &nback), 0);
+    pthread_join(th, NULL);
+    size_t cancelled = 0;
+    for (int i = 0; i < N; i++) {
+        cr_assert(rc[i] == 0 || rc[i] == -EALREADY, "task %d: %d", i, rc[i]);
+        cancelled += rc[i] == 0;
+        cr_assert_eq(chime_task_get_state(h[i]), CHIME_TASK_CANCELLED);
+    }
+    cr_assert_eq(cancelled + nback, N, "cancelled %zu, handed back %zu",
+                 cancelled, nback);
+    for (size_t k = 0; k < nback; k++) {
+        /* Not also cancelled by the other thread. */
+        int i = -1;
+        for (int j = 0; j < N && i < 0; j++)
+            if (h[j] == back[k])
+                i = j;
+        cr_assert_geq(i, 0);
+        cr_assert_eq(rc[i], -EALREADY, "task %d handed back and cancelled", i);
+        chime_task_release(back[k]);
+    }
+    free(back);
+    cr_assert_eq(stats_of(p).cancelled, N);
+    cr_assert_eq(chime_pool_await_termination(p, T_LONG_NS), 0);
+    for (int i = 0; i < N; i++)
+        chime_task_release(h[i]);
+    free(h);
+    free(rc);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&n), 0);
 }

@@ -813,6 +813,10 @@ typedef enum chime_task_state {
  * its result is discarded, and a periodic task never runs again. With
  * CHIME_CANCEL_INTERRUPT a running callback sees chime_task_interrupted()
  * true. Waiters wake at once with -ECANCELED. Never blocks on the callback.
+ * A queued pool one-shot (remove_on_cancel on) is cancelled without the
+ * pool's lock: one compare-and-swap of its state decides, and the queue
+ * takes its slot out at the next look any thread makes at it (a stats,
+ * contains or pending count made after this call returns sees it gone).
  *
  * Loop tasks: a cancel is exact (a task cancelled before its callback
  * started never runs, even if it was already due) when it is made on the
