@@ -58,6 +58,19 @@ chime__pool_unref(struct chime_pool *p)
     }
 }
 
+/* n references at once (a batch of freed tasks): one RMW. */
+static void
+pool_unref_n(struct chime_pool *p, unsigned n)
+{
+    if (n == 0)
+        return;
+    CHIME_HB_BEFORE(&p->refs);
+    if (atomic_fetch_sub_explicit(&p->refs, n, memory_order_acq_rel) == n) {
+        CHIME_HB_AFTER(&p->refs);
+        pool_free_shell(p);
+    }
+}
+
 void
 chime__task_init(struct chime_task *t, struct chime_pool *pool,
                  chime_task_fn fn, void *arg, int kind, int64_t period,
@@ -191,10 +204,8 @@ chime__free_garbage(struct chime_task *list)
             if (first != NULL)
                 chime__slab_free_chain(&p->slab, first, last);
             /* After the push: the pool's memory may go now. */
-            while (unrefs > 0) {
-                unrefs--;
-                chime__pool_unref(p);
-            }
+            pool_unref_n(p, unrefs);
+            unrefs = 0;
             first = last = NULL;
             p = NULL;
             if (chime__task_loop(t) != NULL) {
@@ -216,10 +227,8 @@ chime__free_garbage(struct chime_task *list)
     }
     if (first != NULL)
         chime__slab_free_chain(&p->slab, first, last);
-    while (unrefs > 0) {
-        unrefs--;
-        chime__pool_unref(p);
-    }
+    if (p != NULL)
+        pool_unref_n(p, unrefs);
 }
 
 #define LOOP_CACHE_MAX 1024u /* nodes a binding keeps */
