@@ -374,6 +374,7 @@ system_cmd() {
     libevent-fresh) SYSCMD=("$BUILD/w_libevent" "$w" mode=fresh) ;;
     libevent-prealloc) SYSCMD=("$BUILD/w_libevent" "$w" mode=prealloc) ;;
     libevent-common) SYSCMD=("$BUILD/w_libevent" "$w" mode=common) ;;
+    libevent-common-precise) SYSCMD=("$BUILD/w_libevent" "$w" mode=common precise=1) ;;
     libevent-once) SYSCMD=("$BUILD/w_libevent" "$w" mode=once) ;;
     libevent-active) SYSCMD=("$BUILD/w_libevent" "$w" mode=active) ;;
     libuv-async) SYSCMD=("$BUILD/w_libuv" "$w") ;;
@@ -417,9 +418,9 @@ if [ -n "$TOKIO" ]; then
 fi
 SYS_UNITS="os"
 SYS_W1="chime stpe $TK_W1"
-SYS_W2="chime chime-rearm stpe netty libevent-fresh libevent-prealloc libevent-common $EV_W2 $TK_W2"
+SYS_W2="chime chime-rearm stpe netty libevent-fresh libevent-prealloc libevent-common libevent-common-precise $EV_W2 $TK_W2"
 SYS_W3="chime stpe stpe-slack os-floor chime-slack os-floor-slack"
-SYS_W4="chime stpe netty libevent-fresh libevent-prealloc libevent-common $EV_W4 $TK_W4"
+SYS_W4="chime stpe netty libevent-fresh libevent-prealloc libevent-common libevent-common-precise $EV_W4 $TK_W4"
 SYS_W5="chime-post chime-sched0 libevent-once libevent-active libuv-async $EV_W5 $TK_W5"
 SYS_W6="chime-rearm $TOUCH libevent libevent-precise"
 SYS_W7="chime-rearm $TOUCH ${TOUCH:+chime-touch-at }chime-cancel libevent-readd libevent-deladd libevent-common $LOCKS"
