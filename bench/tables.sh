@@ -255,7 +255,7 @@ END {
     # misses every design pays.
     r = ratio(med("units", 1, "os", "w2_floor_ns_L1000000"), med("units", 1, "os", "w2_floor_ns_L1000"))
     if (r != "")
-        printf "| W2 | floor: a round with no queue in it (w2_floor_ns), growth 1k -> 1M = %s (%s -> %s ns) | <= 1.5 | %s |\n", num(r, "%.2f"), num(med("units", 1, "os", "w2_floor_ns_L1000"), "%.1f"), num(med("units", 1, "os", "w2_floor_ns_L1000000"), "%.1f"), r > 1.5 ? "**cannot be met on this machine**: the floor alone grows more" : "the floor allows it" >> tbl
+        printf "| W2 | floor: a round with no queue in it (w2_floor_ns), growth 1k -> 1M = %s (%s -> %s ns) | <= 1.5 | %s |\n", num(r, "%.2f"), num(med("units", 1, "os", "w2_floor_ns_L1000"), "%.1f"), num(med("units", 1, "os", "w2_floor_ns_L1000000"), "%.1f"), ((r > 1.5) ? "**cannot be met on this machine**: the floor alone grows more" : "the floor allows it") >> tbl
     s = msize["w3"]
     split("p50_us p99_us p999_us", pp, " ")
     split("stpe stpe-slack", peers, " ")
