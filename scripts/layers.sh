@@ -13,7 +13,7 @@
 set -euo pipefail
 
 order=(lib clock heap slab ready context complete timers post inbox worker task submit cancel
-    shutdown pool loop)
+    shutdown pool loop wall)
 
 dir=${1:?usage: scripts/layers.sh <objects directory>}
 declare -A rank def

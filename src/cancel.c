@@ -195,15 +195,45 @@ chime_task_cancel(chime_task *t, unsigned flags)
     return rc;
 }
 
+static int rearm(chime_task *t, int64_t delay_ns, bool pending_only);
+
 int
 chime_task_rearm(chime_task *t, int64_t delay_ns)
 {
     if (t == NULL)
         return -EINVAL;
+    const struct chime_wall_hooks *w = chime__wall_of(t);
+    if (w != NULL && !chime__state_is_final(chime__task_state(t)))
+        w->rearmed(t->arg, delay_ns); /* its wall deadline moves too */
+    return rearm(t, delay_ns, false);
+}
+
+int
+chime__task_rearm_pending(chime_task *t, int64_t delay_ns)
+{
+    return rearm(t, delay_ns, true);
+}
+
+int
+chime__task_rearm_plain(chime_task *t, int64_t delay_ns)
+{
+    return rearm(t, delay_ns, false);
+}
+
+/* pending_only: only a task that waits in its queue (PENDING), else
+ * -EBUSY (wall.c moves its tasks after a clock step: one that is due or
+ * running must not be made to run again). */
+static int
+rearm(chime_task *t, int64_t delay_ns, bool pending_only)
+{
     struct chime_loop *l;
     int rc = lock_live(t, &l);
     if (rc != 0)
         return rc;
+    if (pending_only && chime__task_state(t) != CHIME_TASK_PENDING) {
+        pthread_mutex_unlock(l ? &l->mu : &t->pool->mu);
+        return -EBUSY;
+    }
     struct chime_pool *p = t->pool;
     struct chime_task *garbage = NULL;
     if (l) {

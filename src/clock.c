@@ -40,6 +40,22 @@ chime__monotonic_ns(void)
     return (int64_t)ts.tv_sec * CHIME_SEC + ts.tv_nsec;
 }
 
+int64_t
+chime__boottime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * CHIME_SEC + ts.tv_nsec;
+}
+
+int64_t
+chime__realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * CHIME_SEC + ts.tv_nsec;
+}
+
 struct timespec
 chime__abs_timespec(int64_t ns)
 {

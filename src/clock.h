@@ -11,6 +11,8 @@
 int64_t chime__deadline_after(int64_t now, int64_t delay);
 int64_t chime__sat_add(int64_t a, int64_t b);
 int64_t chime__monotonic_ns(void);
+int64_t chime__boottime_ns(void);
+int64_t chime__realtime_ns(void);
 /* Absolute CLOCK_MONOTONIC ns -> timespec for pthread_cond_timedwait. */
 struct timespec chime__abs_timespec(int64_t ns);
 /* Initialises a condition variable whose timed waits use the monotonic

@@ -30,6 +30,9 @@ chime__pool_ref(struct chime_pool *p)
 static void
 pool_free_shell(struct chime_pool *p)
 {
+    if (atomic_load_explicit(&p->wall, memory_order_acquire) != NULL)
+        atomic_load_explicit(&chime__wall_hooks, memory_order_acquire)
+            ->fini(p);
     /* Bindings (all closed by now) live as long as the pool's memory: a
      * handle to a loop task may still lock its binding. */
     while (!chime__list_empty(&p->closed_loops)) {

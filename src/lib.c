@@ -7,6 +7,8 @@
 #endif
 #include "common.h"
 
+#include <stdatomic.h>
+
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -22,6 +24,10 @@ chime__thread_id(void)
 #endif
 
 chime__alloc_hooks chime__alloc = {malloc, calloc, realloc, free};
+
+/* Set by wall.c before its first task (pool.h). */
+struct chime_wall_hooks;
+const struct chime_wall_hooks *_Atomic chime__wall_hooks;
 
 void
 chime__set_alloc_hooks(const chime__alloc_hooks *h)

@@ -61,6 +61,7 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
     struct chime_loop *l = chime__calloc(1, sizeof(*l));
     if (l == NULL)
         return -ENOMEM;
+    l->tclock = p->clock_id;
     int rc = chime__ready_open(l);
     if (rc != 0) {
         chime__free(l);

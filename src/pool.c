@@ -49,6 +49,8 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     if ((unsigned)opts->reject_policy > CHIME_REJECT_CALL ||
         (opts->reject_policy == CHIME_REJECT_CALL && opts->on_reject == NULL) ||
         opts->threads > 65536 ||
+        (opts->clock_id != 0 && opts->clock_id != CLOCK_MONOTONIC &&
+         opts->clock_id != CLOCK_BOOTTIME) ||
         (opts->stack_size != 0 &&
          opts->stack_size < (size_t)PTHREAD_STACK_MIN))
         return -EINVAL;
@@ -97,6 +99,10 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     p->remove_on_cancel = opts->remove_on_cancel;
     p->clock = opts->clock;
     p->clock_ctx = opts->clock_ctx;
+    p->clock_id = opts->clock_id == CLOCK_BOOTTIME ? CLOCK_BOOTTIME
+                                                   : CLOCK_MONOTONIC;
+    p->wall_clock = opts->wall_clock;
+    p->wall_clock_ctx = opts->wall_clock_ctx;
     chime__slab_init(&p->slab);
     chime__list_init(&p->workers);
     chime__list_init(&p->loops);

@@ -167,6 +167,11 @@ struct chime_pool {
     _Atomic bool remove_on_cancel;
     chime_clock_fn clock;
     void *clock_ctx;
+    clockid_t clock_id;        /* CLOCK_MONOTONIC or CLOCK_BOOTTIME */
+    chime_clock_fn wall_clock; /* NULL: CLOCK_REALTIME */
+    void *wall_clock_ctx;
+    struct chime_wall *_Atomic wall; /* wall.c: made by the first wall-clock
+                                        task, freed with the pool's memory */
 
     _Atomic size_t refs; /* owner (until destroy) + tasks with poolref */
 
@@ -335,7 +340,34 @@ chime__loop_tasks_sub(struct chime_pool *p, size_t n)
 static inline int64_t
 chime__pool_now(const struct chime_pool *p)
 {
-    return p->clock ? p->clock(p->clock_ctx) : chime__monotonic_ns();
+    if (p->clock)
+        return p->clock(p->clock_ctx);
+    return p->clock_id == CLOCK_BOOTTIME ? chime__boottime_ns()
+                                         : chime__monotonic_ns();
+}
+
+/* ---- wall.c, reached from below through these hooks -------------------- */
+/* Wall-clock and calendar tasks (wall.c) run through a trampoline whose
+ * argument is their context; the layers below wall.c (which is on top of
+ * everything: it schedules through the public calls) reach it through
+ * these, set before the first such task exists. */
+struct chime_wall_hooks {
+    chime_task_fn trampoline;
+    chime_task_fn (*fn_of)(void *ctx);   /* the user's callback */
+    void *(*arg_of)(void *ctx);          /* the user's argument */
+    void (*rearmed)(void *ctx, int64_t delay); /* a user's re-arm */
+    void (*stop)(struct chime_pool *p);  /* destroy: the step watcher ends */
+    void (*fini)(struct chime_pool *p);  /* the pool's memory goes */
+};
+extern const struct chime_wall_hooks *_Atomic chime__wall_hooks;
+
+/* The hooks if t is a wall-clock task, else NULL. */
+static inline const struct chime_wall_hooks *
+chime__wall_of(const struct chime_task *t)
+{
+    const struct chime_wall_hooks *h =
+        atomic_load_explicit(&chime__wall_hooks, memory_order_acquire);
+    return h != NULL && t->fn == h->trampoline ? h : NULL;
 }
 
 /* ---- context.c: whose code this thread runs ----------------------------- */
@@ -549,6 +581,12 @@ int chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
 void chime__cancel_ready_locked(struct chime_pool *p, struct chime_loop *l,
                                 bool periodic_only,
                                 struct chime_task **garbage);
+
+/* chime_task_rearm for a task still waiting in its queue (PENDING) only:
+ * -EBUSY otherwise; and without the wall-clock hook (wall.c's own). */
+int chime__task_rearm_pending(struct chime_task *t, int64_t delay_ns);
+/* chime_task_rearm without the wall-clock hook (wall.c's trampoline). */
+int chime__task_rearm_plain(struct chime_task *t, int64_t delay_ns);
 
 /* ---- shutdown.c ---------------------------------------------------------- */
 /* Applies the shutdown policies to what is queued (Java's onShutdown). */

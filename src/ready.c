@@ -275,7 +275,8 @@ chime__ready_open(struct chime_loop *l)
     }
     struct epoll_event ev = {.events = EPOLLIN};
     if (efd_open(l) != 0 ||
-        (l->tfd = timerfd_create(CLOCK_MONOTONIC,
+        (l->tfd = timerfd_create(l->tclock == CLOCK_BOOTTIME ? CLOCK_BOOTTIME
+                                                             : CLOCK_MONOTONIC,
                                  TFD_NONBLOCK | TFD_CLOEXEC)) < 0 ||
         (l->pfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
         epoll_ctl(l->pfd, EPOLL_CTL_ADD, l->efd, &ev) != 0 ||

@@ -23,6 +23,8 @@ struct chime_ring_entry {
 struct chime_loop {
     pthread_mutex_t mu;
     struct chime_pool *pool;  /* immutable */
+    clockid_t tclock;         /* immutable: the timerfd's clock (the
+                                 pool's: CLOCK_MONOTONIC or BOOTTIME) */
     int efd;                  /* mu: the eventfd (with CHIME_READY_PIPE:
                                  a pipe's read end); -1 once closed */
     int wfd;                  /* efd, or the pipe's write end; -1 once

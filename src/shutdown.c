@@ -300,6 +300,9 @@ chime_pool_destroy(chime_pool *p)
         return -EBUSY;
     chime_pool_shutdown_now(p, NULL, NULL);
     chime_pool_await_termination(p, CHIME_FOREVER);
+    if (atomic_load_explicit(&p->wall, memory_order_acquire) != NULL)
+        atomic_load_explicit(&chime__wall_hooks, memory_order_acquire)
+            ->stop(p);
     chime__pool_lock(p);
     bool join = p->have_last;
     pthread_t last = p->last_exited;

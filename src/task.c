@@ -120,13 +120,19 @@ chime_task_interrupted(chime_task *t)
 chime_task_fn
 chime_task_callback(chime_task *t)
 {
-    return t ? t->fn : NULL;
+    if (t == NULL)
+        return NULL;
+    const struct chime_wall_hooks *w = chime__wall_of(t);
+    return w ? w->fn_of(t->arg) : t->fn; /* a wall task's: the user's */
 }
 
 void *
 chime_task_arg(chime_task *t)
 {
-    return t ? t->arg : NULL;
+    if (t == NULL)
+        return NULL;
+    const struct chime_wall_hooks *w = chime__wall_of(t);
+    return w ? w->arg_of(t->arg) : t->arg;
 }
 
 int64_t

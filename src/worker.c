@@ -36,6 +36,11 @@
  * one spurious wake-up a day costs nothing. */
 #define LEADER_MAX_WAIT (INT64_C(86400) * CHIME_SEC)
 
+/* A CLOCK_BOOTTIME pool's leader waits at most this long at a time: how
+ * late a deadline that passed while the machine was suspended may run
+ * after the resume (chime.h, chime_pool_options.clock_id). */
+#define BOOTTIME_SLICE (INT64_C(1) * CHIME_SEC)
+
 /* May this queued task still run in the current run state? (Java's
  * canRunInCurrentRunState.) */
 bool
@@ -463,6 +468,16 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
             int64_t until = deadline;
             if (until - now > LEADER_MAX_WAIT)
                 until = now + LEADER_MAX_WAIT;
+            /* The condition waits on CLOCK_MONOTONIC (no other clock for
+             * it): a CLOCK_BOOTTIME deadline as the same distance from
+             * now, in slices of BOOTTIME_SLICE, since a suspend in between
+             * stops CLOCK_MONOTONIC: after a resume the leader looks at
+             * the time again within a slice. */
+            if (p->clock_id == CLOCK_BOOTTIME) {
+                if (until - now > BOOTTIME_SLICE)
+                    until = now + BOOTTIME_SLICE;
+                until = chime__sat_add(chime__monotonic_ns(), until - now);
+            }
             struct timespec ts = chime__abs_timespec(until);
             p->st.timed_waiters++;
             p->st.timed_waits++;

@@ -376,6 +376,22 @@ typedef struct chime_pool_options {
 
     chime_clock_fn clock; /**< NULL: CLOCK_MONOTONIC */
     void *clock_ctx;      /**< passed to clock */
+
+    /** The clock deadlines run on without a custom clock: 0 or
+     * CLOCK_MONOTONIC (the default: stops while the machine is
+     * suspended), or CLOCK_BOOTTIME (counts suspended time, so a timeout
+     * still expires after a laptop or VM sleeps: a deadline passed during
+     * the suspend runs within a second of the resume). Anything else:
+     * -EINVAL (0 is CLOCK_REALTIME's value, taken as the default). */
+    int clock_id;
+    /** Wall-clock time for chime_pool_schedule_wall() and calendar tasks
+     * (ns since the epoch). NULL: CLOCK_REALTIME, whose steps the pool
+     * learns from the kernel (a timerfd with TFD_TIMER_CANCEL_ON_SET).
+     * With a custom wall clock, report its steps with
+     * chime_pool_wall_stepped(). Called with no chime lock held, from
+     * any thread. */
+    chime_clock_fn wall_clock;
+    void *wall_clock_ctx; /**< passed to wall_clock */
 } chime_pool_options;
 
 /**
@@ -581,6 +597,79 @@ CHIME_EXPORT bool chime_pool_remove_on_cancel(chime_pool *p);
  * Any thread.
  */
 CHIME_EXPORT int chime_pool_clock_changed(chime_pool *pool);
+
+/**
+ * @name Wall-clock deadlines
+ * Tasks due at a time of the wall clock (CLOCK_REALTIME, or
+ * chime_pool_options.wall_clock), in ns since the epoch (UTC).
+ *
+ * Such a task runs when the wall clock reaches its time, even if the clock
+ * is stepped after it was scheduled (NTP, `date -s`, a VM restored from a
+ * snapshot, a resume from suspend): a step forward past the time runs it
+ * at once, a step back delays it. Monotonic tasks are not affected by
+ * steps. With the real clock the pool learns of steps from the kernel
+ * (a CLOCK_REALTIME timerfd with TFD_TIMER_CANCEL_ON_SET, watched by one
+ * thread per pool that has wall-clock tasks, started with the first); with
+ * a custom wall clock, report steps with chime_pool_wall_stepped(). A
+ * task never runs before its wall time, even in the moment between a
+ * step back and the pool applying it: its callback is then not called,
+ * the task waits for the rest (its state shows RUNNING that moment,
+ * and before_run / after_run see that run).
+ *
+ * The handle is an ordinary one: chime_task_cancel(), chime_task_wait(),
+ * chime_task_release() as for any task; chime_task_rearm(task, delay)
+ * moves its wall time to the wall clock's now + delay (it stays a
+ * wall-clock task); chime_task_callback() and chime_task_arg() give back
+ * what was passed. Calendar (cron) tasks: chime/cron.h.
+ * @{
+ */
+/**
+ * @brief Schedules fn(arg) once, when the wall clock reaches realtime_ns.
+ * @param pool The pool.
+ * @param fn The callback.
+ * @param arg Its argument.
+ * @param realtime_ns Ns since the epoch on the pool's wall clock; a time
+ * already past: as soon as possible.
+ * @param out Receives a handle owning one reference (NULL:
+ * fire-and-forget; on failure *out is set to NULL).
+ * @return As chime_pool_schedule(), plus -ENOMEM (its record, or the
+ * watcher thread's timerfd) and a negative errno when the watcher thread
+ * cannot be started (the task is not scheduled).
+ * @par Thread-safety:
+ * Any thread, including from inside a task.
+ * @par Runs on:
+ * A worker thread, no chime lock held.
+ */
+CHIME_EXPORT int chime_pool_schedule_wall(chime_pool *pool, chime_task_fn fn,
+                                          void *arg, int64_t realtime_ns,
+                                          chime_task **out);
+/**
+ * @brief Reports a step of a custom wall clock: every wall-clock and
+ * calendar task still waiting moves to its time's new distance.
+ *
+ * With the real clock (no chime_pool_options.wall_clock) the pool learns
+ * of steps itself; calling this is then harmless.
+ * @retval 0 Success.
+ * @retval -EINVAL pool NULL.
+ * @retval -ECHILD After fork.
+ * @par Thread-safety:
+ * Any thread, including from inside a task.
+ */
+CHIME_EXPORT int chime_pool_wall_stepped(chime_pool *pool);
+/** @brief The pool's wall-clock time (ns since the epoch). 0 for NULL.
+ * @par Thread-safety: Any thread. */
+CHIME_EXPORT int64_t chime_pool_wall_now(chime_pool *pool);
+/**
+ * @brief The wall-clock time a wall-clock or calendar task runs at next.
+ * @retval 0 Success (*realtime_ns set).
+ * @retval -EINVAL task or realtime_ns NULL.
+ * @retval -ENOENT Not a wall-clock task.
+ * @par Thread-safety:
+ * Any thread.
+ */
+CHIME_EXPORT int chime_task_wall_deadline(chime_task *task,
+                                          int64_t *realtime_ns);
+/** @} */
 
 /**
  * @brief The pool's current time in ns (its clock). 0 for NULL.
@@ -1250,6 +1339,19 @@ CHIME_EXPORT int chime_loop_post(chime_loop *loop, chime_task_fn fn, void *arg,
 CHIME_EXPORT int chime_loop_schedule(chime_loop *loop, chime_task_fn fn,
                                      void *arg, int64_t delay_ns,
                                      chime_task **out);
+/**
+ * @brief As chime_pool_schedule_wall(), but the callback runs on the loop
+ * thread.
+ * @return As chime_loop_schedule(), plus what chime_pool_schedule_wall()
+ * adds.
+ * @par Thread-safety:
+ * Any thread.
+ * @par Runs on:
+ * The loop thread, no chime lock held.
+ */
+CHIME_EXPORT int chime_loop_schedule_wall(chime_loop *loop, chime_task_fn fn,
+                                          void *arg, int64_t realtime_ns,
+                                          chime_task **out);
 /**
  * @brief As chime_pool_schedule_at_fixed_rate(), but the callback runs on
  * the loop thread.
