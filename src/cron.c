@@ -191,7 +191,7 @@ parse_field(parser *ps, int f, uint64_t *bits, bool *star)
             return 0;
         if (*ps->p == '#' || *ps->p == '?')
             return fail(ps, ps->p, "? and # are not supported");
-        if (isalpha((unsigned char)*ps->p))
+        if (strchr("LlWw", *ps->p))
             return fail(ps, ps->p, "L and W are not supported");
         return fail(ps, ps->p, "unexpected character");
     }
