@@ -63,10 +63,10 @@ extern "C" {
  * restricted, a day matches if *either* matches; otherwise it must match
  * both (so the unrestricted one, when it is plain `*`, does not count).
  * `0 0 1,15 * FRI` runs on the 1st, the 15th and every Friday;
- * `0 0 * /2 * FRI` (no blank: a star, then /2) runs on Fridays that fall on
- * an odd day of the month. The text decides, not the set of values: `1-31`
- * is restricted. croniter decides by the set of values; docs/calendar.md
- * lists this among the deliberate differences.
+ * with a day of month of a star followed by /2 and a day of week of FRI,
+ * the expression runs on Fridays that fall on an odd day of the month. The text
+ * decides, not the set of values: `1-31` is restricted. croniter decides by the
+ * set of values; docs/calendar.md lists this among the deliberate differences.
  *
  * @section chime_cron_dst Daylight saving time
  * Fire times are local civil times in the zone given. The *hour-wildcard*
