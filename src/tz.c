@@ -300,19 +300,24 @@ rule_info(const tz_rule *r, int64_t t, int32_t *off, bool *isdst,
         *next = INT64_MAX;
         return;
     }
-    int64_t y, ev[8];
+    /* The events of years y-2..y+2: a rule's transition times reach
+     * +-167 h and day 365 is January 1st after a common year, so a year's
+     * events may land in the next one (even after that year's start); two
+     * years either side cover every event that can precede or follow t. */
+    enum { NEV = 10 };
+    int64_t y, ev[NEV];
     int m, d;
-    bool st[8];
+    bool st[NEV];
     chime__civil_from_days(floor_div(t + r->std_off, DAY), &y, &m, &d);
-    for (int i = 0; i < 4; i++) {
-        ev[2 * i] = rule_instant(&r->start, y - 1 + i, r->std_off);
+    for (int i = 0; i < NEV / 2; i++) {
+        ev[2 * i] = rule_instant(&r->start, y - 2 + i, r->std_off);
         st[2 * i] = true;
-        ev[2 * i + 1] = rule_instant(&r->end, y - 1 + i, r->dst_off);
+        ev[2 * i + 1] = rule_instant(&r->end, y - 2 + i, r->dst_off);
         st[2 * i + 1] = false;
     }
     /* Insertion sort by instant, DST end before DST start at the same
      * instant (all-year DST: end of one year = start of the next). */
-    for (int i = 1; i < 8; i++) {
+    for (int i = 1; i < NEV; i++) {
         for (int j = i; j > 0; j--) {
             if (ev[j - 1] < ev[j] || (ev[j - 1] == ev[j] && !st[j - 1]))
                 break;
@@ -324,7 +329,7 @@ rule_info(const tz_rule *r, int64_t t, int32_t *off, bool *isdst,
     }
     bool dst = !st[0];
     *next = INT64_MAX;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < NEV; i++) {
         if (ev[i] <= t) {
             dst = st[i];
         } else {

@@ -503,6 +503,18 @@ Test(cron, posix_rules)
     cr_assert_eq(chime_tz_to_civil(z, utc(2024, 7, 1, 12, 0, 0), &c), 0);
     cr_assert_eq(c.utoff, -4 * 3600);
     chime_tz_free(z);
+    /* A year's end landing after the next year's start (fuzz finding):
+     * day 365 is January 1st after a common year. */
+    cr_assert_eq(chime_tz_from_posix("EST5EDT,0/21,365/25", &z), 0);
+    for (int64_t t = 0; t < 4000000000; t += 86400 * 37 + 3600) {
+        int64_t out[2];
+        cr_assert_eq(chime_tz_to_civil(z, t, &c), 0);
+        cr_assert_geq(chime_tz_from_civil(z, &c, out), 1);
+        cr_assert(out[0] == t || out[1] == t, "t=%lld", (long long)t);
+    }
+    cr_assert_eq(chime_tz_to_civil(z, utc(1972, 1, 1, 17, 53, 0), &c), 0);
+    cr_assert_eq(c.utoff, -5 * 3600);
+    chime_tz_free(z);
     cr_assert_eq(chime_tz_from_posix("JST-9", &z), 0);
     cr_assert_eq(chime_tz_to_civil(z, 0, &c), 0);
     cr_assert_eq(c.hour, 9);
