@@ -88,3 +88,42 @@ if [ "$rc" -ne 0 ] || [ "$findings" -ne 0 ]; then
     exit 1
 fi
 echo "fuzz: OK, no findings (log $log)"
+
+# ---- calendar time (issue 13): fuzz/fuzz_cron, the cron and TZ rule parsers --
+# Built and run the same way, on fuzz/corpus_cron/, for CHIME_FUZZ_CRON_SECS
+# (default: half of the seconds above, at least 10). Replay a finding with
+# build-fuzz/fuzz_cron build-fuzz/artifacts-cron/<file>.
+csecs=${CHIME_FUZZ_CRON_SECS:-$((secs / 2 < 10 ? 10 : secs / 2))}
+cbin="$dir/fuzz_cron"
+echo
+echo "=================== $cbin: build ==================="
+if ! clang -std=gnu11 -g -O1 -fno-omit-frame-pointer \
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+    -Wall -Wextra -Werror -UNDEBUG -DCHIME_STATIC_DEFINE \
+    -Iinclude -Isrc src/lib.c src/tz.c src/cron.c fuzz/fuzz_cron.c \
+    -o "$cbin"; then
+    echo "fuzz_cron: FAILED to build"
+    exit 1
+fi
+rm -rf "$dir/corpus-cron" "$dir/artifacts-cron"
+mkdir -p "$dir/corpus-cron" "$dir/artifacts-cron"
+cp fuzz/corpus_cron/* "$dir/corpus-cron/"
+echo
+echo "=================== $cbin: ${csecs} s ==================="
+clog="$dir/fuzz_cron.log"
+ASAN_OPTIONS="detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
+    "$cbin" -max_total_time="$csecs" -print_final_stats=1 -timeout=10 \
+    -rss_limit_mb=2048 -max_len=256 -artifact_prefix="$dir/artifacts-cron/" \
+    "$dir/corpus-cron" >"$clog" 2>&1
+rc=$?
+last=$(grep -E '^#[0-9]+.*cov: [0-9]+' "$clog" | tail -n 1)
+execs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$clog")
+echo "fuzz_cron: executions ${execs:-?}, $(sed -nE 's/.*(cov: [0-9]+ ft: [0-9]+).*/\1/p' <<<"$last")"
+if [ "$rc" -ne 0 ] || [ "$(find "$dir/artifacts-cron" -type f | wc -l)" -ne 0 ]; then
+    tail -n 60 "$clog"
+    echo "fuzz_cron: FAILED (exit $rc; log $clog)"
+    exit 1
+fi
+echo "fuzz_cron: OK, no findings (log $clog)"
+# ---- end calendar time --------------------------------------------------------

@@ -15,7 +15,7 @@ fi
 missing=0
 while IFS= read -r f; do
     case "$f" in
-    fuzz/corpus/* | bench/results/* | *.md | *.png | *.svg | *.json | *.csv | \
+    fuzz/corpus/* | fuzz/corpus_cron/* | bench/results/* | *.md | *.png | *.svg | *.json | *.csv | \
         LICENSE | .gitignore | .clang-format | */.gitignore) continue ;;
     esac
     [ -f "$f" ] || continue
