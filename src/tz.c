@@ -21,6 +21,8 @@
 #define _GNU_SOURCE
 #endif
 #include "tz.h"
+
+#include <stdatomic.h>
 #include "common.h"
 
 #include <errno.h>
@@ -125,6 +127,8 @@ struct chime_tz {
     bool has_rule;  /* rule holds after the last transition */
     bool is_static; /* chime_tz_utc(): never freed */
     tz_rule rule;
+    _Atomic unsigned extra; /* references beyond the maker's (calendar
+                               tasks: chime__tz_ref) */
 };
 
 static tz_type utc_type = {0, false, 0};
@@ -435,6 +439,15 @@ chime_tz_utc(void)
     return &utc_zone;
 }
 
+const chime_tz *
+chime__tz_ref(const chime_tz *cz)
+{
+    chime_tz *z = (chime_tz *)cz;
+    if (z && !z->is_static)
+        atomic_fetch_add_explicit(&z->extra, 1, memory_order_relaxed);
+    return cz;
+}
+
 const char *
 chime_tz_name(const chime_tz *z)
 {
@@ -504,6 +517,13 @@ chime_tz_free(const chime_tz *cz)
     chime_tz *z = (chime_tz *)cz; /* const only for chime_tz_utc()'s sake */
     if (!z || z->is_static)
         return;
+    unsigned e = atomic_load_explicit(&z->extra, memory_order_acquire);
+    while (e > 0) {
+        if (atomic_compare_exchange_weak_explicit(&z->extra, &e, e - 1,
+                                                  memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return; /* another holder keeps it */
+    }
     chime__free(z->name);
     chime__free(z->trans);
     chime__free(z->idx);

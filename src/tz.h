@@ -32,4 +32,8 @@ int32_t chime__tz_offset(const chime_tz *z, int64_t t, int64_t *next);
  * (none: out[0] == out[1] is the first instant after the gap). */
 int chime__tz_resolve(const chime_tz *z, int64_t local, int64_t out[2]);
 
+/* One more reference to z (a calendar task's): chime_tz_free() lets go
+ * of one; the zone goes with the last. */
+const chime_tz *chime__tz_ref(const chime_tz *z);
+
 #endif /* CHIME_TZ_H */

@@ -39,6 +39,7 @@
 #define _GNU_SOURCE
 #endif
 #include "pool.h"
+#include "tz.h"
 #include "wall.h"
 
 #include <errno.h>
@@ -490,6 +491,81 @@ chime_task_wall_deadline(chime_task *t, int64_t *realtime_ns)
     struct wall_ctx *c = t->arg;
     *realtime_ns = atomic_load_explicit(&c->wall_ns, memory_order_acquire);
     return 0;
+}
+
+/* ---- calendar tasks ------------------------------------------------------ */
+
+struct cron_cal {
+    chime_cron cron;
+    const chime_tz *zone; /* a reference of its own */
+};
+
+static int
+cron_next(struct wall_ctx *c, int64_t after, int64_t *out)
+{
+    struct cron_cal *cal = c->cal;
+    return chime_cron_next(&cal->cron, cal->zone, after, out);
+}
+
+static void
+cron_free(void *p)
+{
+    struct cron_cal *cal = p;
+    chime_tz_free(cal->zone);
+    chime__free(cal);
+}
+
+static int
+schedule_cron(chime_pool *p, chime_loop *l, chime_task_fn fn, void *arg,
+              const chime_cron *cron, const chime_tz *zone, chime_task **out)
+{
+    struct wall_ctx *c = chime__calloc(1, sizeof(*c));
+    struct cron_cal *cal = chime__calloc(1, sizeof(*cal));
+    if (c == NULL || cal == NULL) {
+        chime__free(c);
+        chime__free(cal);
+        return -ENOMEM;
+    }
+    cal->cron = *cron;
+    cal->zone = chime__tz_ref(zone);
+    c->next = cron_next;
+    c->cal = cal;
+    c->cal_free = cron_free;
+    int64_t first;
+    int rc = chime_cron_next(cron, zone, chime__wall_now(p), &first);
+    if (rc != 0) {
+        ctx_free(c);
+        return rc;
+    }
+    return chime__wall_schedule(p, l, fn, arg, first, c, out);
+}
+
+int
+chime_pool_schedule_cron(chime_pool *p, chime_task_fn fn, void *arg,
+                         const chime_cron *cron, const chime_tz *zone,
+                         chime_task **out)
+{
+    if (out)
+        *out = NULL;
+    if (p == NULL || fn == NULL || cron == NULL || zone == NULL)
+        return -EINVAL;
+    if (CHIME_FORKED(p))
+        return -ECHILD;
+    return schedule_cron(p, NULL, fn, arg, cron, zone, out);
+}
+
+int
+chime_loop_schedule_cron(chime_loop *l, chime_task_fn fn, void *arg,
+                         const chime_cron *cron, const chime_tz *zone,
+                         chime_task **out)
+{
+    if (out)
+        *out = NULL;
+    if (l == NULL || fn == NULL || cron == NULL || zone == NULL)
+        return -EINVAL;
+    if (CHIME_FORKED(l->pool))
+        return -ECHILD;
+    return schedule_cron(l->pool, l, fn, arg, cron, zone, out);
 }
 
 uint64_t

@@ -11,6 +11,8 @@
 #include "support.h"
 #include "wall.h"
 
+#include <chime/cron.h>
+
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
@@ -361,5 +363,146 @@ Test(wall, zero_clock_id_is_the_monotonic_default)
     int64_t m0 = chime_now_ns();
     int64_t now = chime_pool_now(p);
     cr_assert(now >= m0 && now <= chime_now_ns());
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+/* ---- calendar tasks ----------------------------------------------------- */
+
+static chime_cron
+cron_of(const char *expr)
+{
+    chime_cron c;
+    chime_cron_error err;
+    cr_assert_eq(chime_cron_parse(&c, expr, &err), 0, "%s: %s", expr, err.msg);
+    return c;
+}
+
+static int64_t
+next_of(chime_task *h)
+{
+    int64_t at = 0;
+    cr_assert_eq(chime_task_wall_deadline(h, &at), 0);
+    return at;
+}
+
+Test(wall, a_cron_task_runs_at_every_fire_time)
+{
+    vclocks c;
+    chime_pool *p = vwall_pool(&c);
+    atomic_int n = 0;
+    chime_cron every10 = cron_of("*/10 * * * * *"); /* seconds 0, 10, ... */
+    chime_task *h = NULL;
+    cr_assert_eq(chime_pool_schedule_cron(p, t_count_fn, &n, &every10,
+                                          chime_tz_utc(), &h), 0);
+    cr_assert_eq(next_of(h), W0 + 10 * CHIME_SEC);
+    cr_assert_not(chime_task_is_periodic(h));
+    for (int i = 1; i <= 3; i++) {
+        pass(&c, p, 10 * CHIME_SEC - 1);
+        cr_assert(t_stays(&n, i - 1), "run %d early", i);
+        pass(&c, p, 1);
+        cr_assert(T_WAIT_UNTIL(atomic_load(&n) == i &&
+                                   next_of(h) == W0 + (i + 1) * 10 * CHIME_SEC,
+                               T_LONG_NS),
+                  "run %d", i);
+        cr_assert(T_WAIT_UNTIL(chime_task_get_state(h) == CHIME_TASK_PENDING,
+                               T_LONG_NS));
+    }
+    cr_assert_eq(chime_task_cancel(h, 0), 0);
+    cr_assert_eq(chime_task_wait(h, 0, NULL), -ECANCELED);
+    pass(&c, p, 60 * CHIME_SEC);
+    cr_assert(t_stays(&n, 3));
+    chime_task_release(h);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+/* The clock stepped forward over ten fire times: one run, then the next
+ * fire time after now (missed runs are not made up). */
+Test(wall, missed_fire_times_run_once)
+{
+    vclocks c;
+    chime_pool *p = vwall_pool(&c);
+    atomic_int n = 0;
+    chime_cron every10 = cron_of("*/10 * * * * *");
+    chime_task *h = NULL;
+    cr_assert_eq(chime_pool_schedule_cron(p, t_count_fn, &n, &every10,
+                                          chime_tz_utc(), &h), 0);
+    step(&c, p, 105 * CHIME_SEC); /* past W0 + 10 ... W0 + 100 */
+    cr_assert(T_WAIT_UNTIL(atomic_load(&n) == 1 &&
+                               next_of(h) == W0 + 110 * CHIME_SEC,
+                           T_LONG_NS));
+    cr_assert(t_stays(&n, 1), "a missed fire time was made up");
+    pass(&c, p, 5 * CHIME_SEC);
+    cr_assert(T_WAIT_UNTIL(atomic_load(&n) == 2, T_LONG_NS));
+    cr_assert_eq(chime_task_cancel(h, 0), 0);
+    chime_task_release(h);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+static int
+fail_second(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    return atomic_fetch_add((atomic_int *)arg, 1) == 1 ? 7 : 0;
+}
+
+/* A zone freed right after scheduling (the task keeps its own), a DST
+ * zone's fire times, and a failing run stopping the task. */
+Test(wall, a_cron_task_keeps_its_zone_and_stops_on_failure)
+{
+    vclocks c;
+    chime_pool *p = vwall_pool(&c);
+    chime_tz *berlin = NULL;
+    cr_assert_eq(chime_tz_load("Europe/Berlin", &berlin), 0);
+    chime_cron hourly = cron_of("0 * * * *");
+    int64_t want[2];
+    cr_assert_eq(chime_cron_next_n(&hourly, berlin, W0, want, 2), 2);
+    atomic_int n = 0;
+    chime_task *h = NULL;
+    cr_assert_eq(chime_pool_schedule_cron(p, fail_second, &n, &hourly, berlin,
+                                          &h), 0);
+    chime_tz_free(berlin); /* the task holds its own reference */
+    cr_assert_eq(next_of(h), want[0]);
+    pass(&c, p, want[0] - W0);
+    cr_assert(T_WAIT_UNTIL(atomic_load(&n) == 1 && next_of(h) == want[1],
+                           T_LONG_NS));
+    pass(&c, p, want[1] - want[0]);
+    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), CHIME_EFAILED);
+    cr_assert_eq(chime_task_error(h), 7);
+    chime_task_release(h);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+Test(wall, a_cron_task_on_a_loop_runs_on_the_loop_thread)
+{
+    vclocks c;
+    chime_pool *p = vwall_pool(&c);
+    chime_loop *l = loop_here(p, 0);
+    pthread_t who;
+    chime_cron every10 = cron_of("*/10 * * * * *");
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule_cron(l, on_loop_thread, &who, &every10,
+                                          chime_tz_utc(), &h), 0);
+    pass(&c, p, 10 * CHIME_SEC);
+    cr_assert(DISPATCH_UNTIL(l, next_of(h) == W0 + 20 * CHIME_SEC, T_LONG_NS));
+    cr_assert(pthread_equal(who, pthread_self()));
+    cr_assert_eq(chime_task_cancel(h, 0), 0);
+    chime_task_release(h);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+Test(wall, cron_scheduling_rejects_bad_arguments)
+{
+    vclocks c;
+    chime_pool *p = vwall_pool(&c);
+    chime_cron e = cron_of("0 3 * * *");
+    chime_task *h = (chime_task *)1;
+    cr_assert_eq(chime_pool_schedule_cron(NULL, t_noop_fn, NULL, &e, chime_tz_utc(), &h), -EINVAL);
+    cr_assert_null(h);
+    cr_assert_eq(chime_pool_schedule_cron(p, NULL, NULL, &e, chime_tz_utc(), NULL), -EINVAL);
+    cr_assert_eq(chime_pool_schedule_cron(p, t_noop_fn, NULL, NULL, chime_tz_utc(), NULL), -EINVAL);
+    cr_assert_eq(chime_pool_schedule_cron(p, t_noop_fn, NULL, &e, NULL, NULL), -EINVAL);
+    cr_assert_eq(chime_loop_schedule_cron(NULL, t_noop_fn, NULL, &e, chime_tz_utc(), NULL), -EINVAL);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }

@@ -258,7 +258,11 @@ CHIME_EXPORT int chime_tz_from_posix(const char *rule, chime_tz **out);
 CHIME_EXPORT int chime_tz_local(chime_tz **out);
 
 /**
- * @brief Frees a zone.
+ * @brief Frees a zone (lets go of the caller's reference).
+ *
+ * A calendar task (chime_pool_schedule_cron()) holds a reference of its
+ * own: the zone may be freed right after scheduling; it goes with the last
+ * holder.
  * @param z A zone from chime_tz_load(), chime_tz_from_posix() or
  * chime_tz_local(); NULL and chime_tz_utc() do nothing.
  * @par Thread-safety:
@@ -308,6 +312,66 @@ CHIME_EXPORT int chime_tz_to_civil(const chime_tz *z, int64_t utc_s,
 CHIME_EXPORT int chime_tz_from_civil(const chime_tz *z, const chime_civil *in,
                                      int64_t out[2]);
 
+/** @} */
+
+/**
+ * @name Calendar tasks
+ * Periodic tasks whose runs follow a cron expression, in a pool or on a
+ * binding's loop thread. Their times are wall-clock times (see the wall
+ * clock in chime.h: chime_pool_schedule_wall()), followed across clock
+ * steps and suspends.
+ *
+ * Missed runs: when the machine was suspended, or the wall clock stepped
+ * forward over several fire times, the task runs once, then at its next
+ * fire time after the current time; missed fire times are not made up.
+ * A run that lasts past one or more fire times is the same case.
+ *
+ * The handle: chime_task_cancel() stops it for good; chime_task_wait()
+ * returns when it stops (a cancel, a non-zero return of fn, which stops it
+ * and makes it FAILED as for any periodic task, or no further fire time
+ * before 2262, which makes it DONE); chime_task_wall_deadline() gives its
+ * next fire time; chime_task_rearm(task, delay) moves the next run to
+ * now + delay, after which the expression is followed again.
+ * chime_task_is_periodic() is false (it is a one-shot that re-arms itself
+ * after each run).
+ * @{
+ */
+/**
+ * @brief Runs fn(arg) at every fire time of a cron expression.
+ * @param pool The pool.
+ * @param fn The callback; a non-zero return stops the task (FAILED).
+ * @param arg Its argument.
+ * @param cron A parsed expression (copied).
+ * @param zone The zone its fields are read in (chime_tz_utc(), a loaded
+ * zone, the local zone); the task keeps its own reference.
+ * @param out Receives a handle owning one reference (NULL: none; on
+ * failure *out is set to NULL).
+ * @retval -EINVAL An argument NULL (out aside).
+ * @retval -ERANGE No fire time before 2262.
+ * @return Otherwise as chime_pool_schedule_wall().
+ * @par Thread-safety:
+ * Any thread, including from inside a task.
+ * @par Runs on:
+ * A worker thread, no chime lock held.
+ */
+CHIME_EXPORT int chime_pool_schedule_cron(chime_pool *pool, chime_task_fn fn,
+                                          void *arg, const chime_cron *cron,
+                                          const chime_tz *zone,
+                                          chime_task **out);
+/**
+ * @brief As chime_pool_schedule_cron(), but the callback runs on the loop
+ * thread.
+ * @return As chime_pool_schedule_cron(), plus -ESHUTDOWN (the binding is
+ * closed).
+ * @par Thread-safety:
+ * Any thread.
+ * @par Runs on:
+ * The loop thread, no chime lock held.
+ */
+CHIME_EXPORT int chime_loop_schedule_cron(chime_loop *loop, chime_task_fn fn,
+                                          void *arg, const chime_cron *cron,
+                                          const chime_tz *zone,
+                                          chime_task **out);
 /** @} */
 
 #ifdef __cplusplus
