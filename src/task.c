@@ -362,6 +362,13 @@ chime_strerror(int err)
         return "too many open files in the system";
     case -EIO:
         return "the event loop library refused the event";
+    case -ERANGE:
+        return "out of range (no such time before 2262, or a year outside "
+               "1-9999)";
+    case -ENOTSUP:
+        return "not supported";
+    case -EISDIR:
+        return "is a directory, not a zone file";
     default:
         return "unknown error";
     }

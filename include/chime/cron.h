@@ -312,8 +312,6 @@ CHIME_EXPORT int chime_tz_to_civil(const chime_tz *z, int64_t utc_s,
 CHIME_EXPORT int chime_tz_from_civil(const chime_tz *z, const chime_civil *in,
                                      int64_t out[2]);
 
-/** @} */
-
 /**
  * @name Calendar tasks
  * Periodic tasks whose runs follow a cron expression, in a pool or on a
@@ -372,6 +370,8 @@ CHIME_EXPORT int chime_loop_schedule_cron(chime_loop *loop, chime_task_fn fn,
                                           void *arg, const chime_cron *cron,
                                           const chime_tz *zone,
                                           chime_task **out);
+/** @} */
+
 /** @} */
 
 #ifdef __cplusplus
