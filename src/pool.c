@@ -128,6 +128,8 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     CHIME_HB_ATOMIC(&p->ilock);
     CHIME_HB_ATOMIC(&p->iopen);
     CHIME_HB_ATOMIC(&p->in);
+    CHIME_HB_ATOMIC(&p->cin);
+    CHIME_HB_ATOMIC(&p->wall);
     atomic_init(&p->ilock, 0);
     atomic_init(&p->iopen, false);
     atomic_init(&p->in, 0);

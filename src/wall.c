@@ -73,6 +73,23 @@ chime__wall_now(const struct chime_pool *p)
                          : chime__realtime_ns();
 }
 
+/* The wall time of c's next run: written by its trampoline or a user's
+ * re-arm, read by the step pass and chime_task_wall_deadline. */
+static int64_t
+due_of(struct wall_ctx *c)
+{
+    int64_t v = atomic_load_explicit(&c->wall_ns, memory_order_acquire);
+    CHIME_HB_AFTER(&c->wall_ns);
+    return v;
+}
+
+static void
+set_due(struct wall_ctx *c, int64_t v)
+{
+    CHIME_HB_BEFORE(&c->wall_ns);
+    atomic_store_explicit(&c->wall_ns, v, memory_order_release);
+}
+
 static void
 ctx_free(struct wall_ctx *c)
 {
@@ -88,7 +105,7 @@ chime__wall_trampoline(chime_task *self, void *arg, void **result)
 {
     struct wall_ctx *c = arg;
     int64_t now = chime__wall_now(c->p);
-    int64_t due = atomic_load_explicit(&c->wall_ns, memory_order_acquire);
+    int64_t due = due_of(c);
     if (now < due) {
         /* Early by the wall clock: stepped back, and the step not applied
          * yet. Back to the queue for the rest (its own callback: it runs
@@ -107,7 +124,7 @@ chime__wall_trampoline(chime_task *self, void *arg, void **result)
     int64_t next;
     if (c->next(c, after, &next) != 0)
         return 0; /* no further time: done */
-    atomic_store_explicit(&c->wall_ns, next, memory_order_release);
+    set_due(c, next);
     int64_t now2 = chime__wall_now(c->p);
     (void)chime__task_rearm_plain(self, next > now2 ? next - now2 : 0);
     return 0;
@@ -131,8 +148,7 @@ static void
 rearmed(void *ctx, int64_t delay)
 {
     struct wall_ctx *c = ctx;
-    int64_t d = chime__deadline_after(chime__wall_now(c->p), delay);
-    atomic_store_explicit(&c->wall_ns, d, memory_order_release);
+    set_due(c, chime__deadline_after(chime__wall_now(c->p), delay));
 }
 
 static void wall_stop(struct chime_pool *p);
@@ -193,8 +209,7 @@ step_pass(struct chime_pool *p, struct chime_wall *w)
         struct chime_task *t = w->v[i].t;
         if (chime__state_is_final(chime__task_state(t)))
             continue;
-        int64_t due =
-            atomic_load_explicit(&w->v[i].c->wall_ns, memory_order_acquire);
+        int64_t due = due_of(w->v[i].c);
         /* -EBUSY: due or running already (the trampoline looks at the
          * wall clock itself); -EALREADY: completed meanwhile. */
         (void)chime__task_rearm_pending(t, due > now ? due - now : 0);
@@ -385,7 +400,10 @@ chime__wall_schedule(struct chime_pool *p, struct chime_loop *l,
     c->fn = fn;
     c->arg = arg;
     c->p = p;
-    atomic_init(&c->wall_ns, wall_ns);
+    /* Read by the step pass and chime_task_wall_deadline while its
+     * trampoline may write it: an atomic helgrind cannot see. */
+    CHIME_HB_ATOMIC(&c->wall_ns);
+    atomic_init(&c->wall_ns, wall_ns); /* published by the scheduling */
     pthread_mutex_lock(&w->mu);
     int rc = room_locked(w);
     if (rc == 0)
@@ -489,7 +507,7 @@ chime_task_wall_deadline(chime_task *t, int64_t *realtime_ns)
     if (h == NULL)
         return -ENOENT;
     struct wall_ctx *c = t->arg;
-    *realtime_ns = atomic_load_explicit(&c->wall_ns, memory_order_acquire);
+    *realtime_ns = due_of(c);
     return 0;
 }
 
