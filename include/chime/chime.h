@@ -1100,6 +1100,95 @@ CHIME_EXPORT int chime_task_release(chime_task *task);
 
 /** @} */
 
+/**
+ * @name Task groups
+ * All the timers of one connection or tenant, cancelled, counted and
+ * waited for as a whole: add each task to the connection's group as it is
+ * made (pool tasks and loop tasks, of any pool), and closing the
+ * connection is one chime_group_close(). Every operation is O(size of the
+ * group), never a scan of a pool's queue. A group holds one reference on
+ * each task it has; completed tasks leave it as it grows and at every
+ * count. Every function may be called from any thread, including from a
+ * task of the group itself (a timeout closing its own connection).
+ * @{
+ */
+/** A task group (opaque). */
+typedef struct chime_group chime_group;
+/**
+ * @brief Makes an empty group.
+ * @retval 0 Success (*out set).
+ * @retval -EINVAL out NULL.
+ * @retval -ENOMEM Out of memory.
+ */
+CHIME_EXPORT int chime_group_new(chime_group **out);
+/**
+ * @brief Adds a task to the group (the group takes its own reference).
+ *
+ * A task that has completed already is accepted and leaves at the next
+ * count. Adding a task to two groups is allowed (each cancels it).
+ * @retval 0 Added.
+ * @retval -EINVAL group or task NULL.
+ * @retval -ENOMEM Out of memory (not added).
+ * @retval -ESHUTDOWN The group was closed: the task is cancelled at once
+ * (a timer made by a callback racing with the close does not escape it).
+ * @par Thread-safety:
+ * Any thread.
+ */
+CHIME_EXPORT int chime_group_add(chime_group *group, chime_task *task);
+/**
+ * @brief Cancels every task of the group (chime_task_cancel() on each,
+ * with flags): pending ones never run, running ones see the cancel as
+ * any cancelled running task does. The group stays open.
+ * @param group The group.
+ * @param flags 0 or CHIME_CANCEL_INTERRUPT.
+ * @return How many tasks this call cancelled (>= 0); -EINVAL (group NULL,
+ * unknown flags); -ENOMEM (nothing cancelled).
+ * @par Thread-safety:
+ * Any thread, including a task of the group (which then cancels itself
+ * too: its current run finishes).
+ */
+CHIME_EXPORT int chime_group_cancel(chime_group *group, unsigned flags);
+/**
+ * @brief chime_group_cancel(), and the group refuses tasks from now on
+ * (chime_group_add() cancels them and returns -ESHUTDOWN).
+ * @return As chime_group_cancel().
+ */
+CHIME_EXPORT int chime_group_close(chime_group *group, unsigned flags);
+/**
+ * @brief The group's tasks that have not completed (a periodic task
+ * counts until it is cancelled or fails).
+ * @return The count (>= 0), or -EINVAL (group NULL).
+ * @par Thread-safety:
+ * Any thread.
+ */
+CHIME_EXPORT long chime_group_count(chime_group *group);
+/**
+ * @brief Waits until every task of the group has completed (tasks added
+ * meanwhile included).
+ * @param group The group.
+ * @param timeout_ns Most time to wait; CHIME_FOREVER (< 0): no limit; 0:
+ * just look.
+ * @retval 0 Every task has completed.
+ * @retval -ETIMEDOUT Some have not, when the time ran out.
+ * @retval -EDEADLK Called from a task of the group (it cannot complete
+ * while it waits).
+ * @retval -EINVAL group NULL.
+ * @retval -ENOMEM Out of memory.
+ * @retval -ECHILD After fork, with tasks of the parent's pools.
+ * @par Thread-safety:
+ * Any thread. Blocks; never from a loop callback whose loop runs tasks of
+ * the group.
+ */
+CHIME_EXPORT int chime_group_wait(chime_group *group, int64_t timeout_ns);
+/**
+ * @brief Frees the group and its references; cancels nothing (close it
+ * first for that). NULL: nothing.
+ * @par Thread-safety:
+ * Once no other thread uses the group.
+ */
+CHIME_EXPORT void chime_group_free(chime_group *group);
+/** @} */
+
 /* ------------------------------------------------------------------------ */
 /* Loop bindings: work that must run on an event loop's thread               */
 

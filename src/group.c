@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: MIT */
+/* Task groups (chime_group_*): all the timers of one connection or tenant,
+ * cancelled, counted and waited for as a whole.
+ *
+ * Design notes
+ * - A group is a mutex and an array of handles (one reference each), so it
+ *   works for pool tasks and loop tasks of any pool alike, through the
+ *   public handle calls only: it sits on top of the layers.
+ * - Cancel, count and wait are O(size of the group): the array, never the
+ *   pool's queue. Cancel takes a snapshot of the array under the group's
+ *   lock (each handle retained) and cancels outside it, so that a task of
+ *   the group may add to it, cancel it or close it from its own callback,
+ *   and a callback that a cancel cannot stop (a running one) never runs
+ *   under the group's lock.
+ * - Memory: completed tasks leave the array when it would grow (and at
+ *   every count), so a group that lives as long as a connection and sees
+ *   thousands of short timers stays as large as its live tasks.
+ * - close = cancel + refuse: a task added after the close is cancelled at
+ *   once (-ESHUTDOWN), so a timer scheduled by a callback racing with the
+ *   connection's close cannot escape it.
+ */
+#include "pool.h"
+
+#include <errno.h>
+
+struct chime_group {
+    pthread_mutex_t mu;
+    chime_task **v; /* handles, one reference each */
+    size_t n, cap;
+    bool closed;
+};
+
+int
+chime_group_new(chime_group **out)
+{
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    chime_group *g = chime__calloc(1, sizeof(*g));
+    if (g == NULL)
+        return -ENOMEM;
+    int rc = pthread_mutex_init(&g->mu, NULL);
+    if (rc != 0) {
+        chime__free(g);
+        return -rc;
+    }
+    *out = g;
+    return 0;
+}
+
+/* Lets go of the completed tasks (g->mu held). */
+static void
+prune_locked(chime_group *g)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        if (chime_task_is_done(g->v[i]))
+            chime_task_release(g->v[i]);
+        else
+            g->v[k++] = g->v[i];
+    }
+    g->n = k;
+}
+
+int
+chime_group_add(chime_group *g, chime_task *t)
+{
+    if (g == NULL || t == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&g->mu);
+    if (g->closed) {
+        pthread_mutex_unlock(&g->mu);
+        (void)chime_task_cancel(t, 0);
+        return -ESHUTDOWN;
+    }
+    if (g->n == g->cap) {
+        prune_locked(g);
+        if (g->n == g->cap) {
+            size_t cap = g->cap ? g->cap * 2 : 8;
+            chime_task **v = chime__realloc(g->v, cap * sizeof(*v));
+            if (v == NULL) {
+                pthread_mutex_unlock(&g->mu);
+                return -ENOMEM;
+            }
+            g->v = v;
+            g->cap = cap;
+        }
+    }
+    g->v[g->n++] = chime_task_retain(t);
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+/* The group's tasks that have not completed, each retained, in a new array
+ * (*n of them): NULL with *n 0 when there are none, or out of memory
+ * (-ENOMEM in *rc). */
+static chime_task **
+snapshot(chime_group *g, bool close, size_t *n, int *rc)
+{
+    *n = 0;
+    *rc = 0;
+    pthread_mutex_lock(&g->mu);
+    if (close)
+        g->closed = true;
+    prune_locked(g);
+    chime_task **s = NULL;
+    if (g->n != 0) {
+        s = chime__malloc(g->n * sizeof(*s));
+        if (s == NULL) {
+            *rc = -ENOMEM;
+        } else {
+            for (size_t i = 0; i < g->n; i++)
+                s[i] = chime_task_retain(g->v[i]);
+            *n = g->n;
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    return s;
+}
+
+static int
+cancel_all(chime_group *g, unsigned flags, bool close)
+{
+    if (g == NULL || (flags & ~CHIME_CANCEL_INTERRUPT) != 0)
+        return -EINVAL;
+    size_t n;
+    int rc;
+    chime_task **s = snapshot(g, close, &n, &rc);
+    if (rc != 0)
+        return rc;
+    int cancelled = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (chime_task_cancel(s[i], flags) == 0)
+            cancelled++;
+        chime_task_release(s[i]);
+    }
+    chime__free(s);
+    return cancelled;
+}
+
+int
+chime_group_cancel(chime_group *g, unsigned flags)
+{
+    return cancel_all(g, flags, false);
+}
+
+int
+chime_group_close(chime_group *g, unsigned flags)
+{
+    return cancel_all(g, flags, true);
+}
+
+long
+chime_group_count(chime_group *g)
+{
+    if (g == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&g->mu);
+    prune_locked(g);
+    long n = (long)g->n;
+    pthread_mutex_unlock(&g->mu);
+    return n;
+}
+
+int
+chime_group_wait(chime_group *g, int64_t timeout_ns)
+{
+    if (g == NULL)
+        return -EINVAL;
+    int64_t end = timeout_ns < 0 ? INT64_MAX
+                                 : chime__sat_add(chime__monotonic_ns(),
+                                                  timeout_ns);
+    for (;;) {
+        size_t n;
+        int rc;
+        chime_task **s = snapshot(g, false, &n, &rc);
+        if (rc != 0)
+            return rc;
+        if (n == 0)
+            return 0;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            if (chime__current_task() == s[i]) {
+                rc = -EDEADLK; /* a task of the group waiting for itself */
+                break;
+            }
+            int64_t left = end == INT64_MAX ? -1 : end - chime__monotonic_ns();
+            if (left < 0 && end != INT64_MAX)
+                left = 0;
+            int r = chime_task_wait(s[i], left, NULL);
+            if (r == -ETIMEDOUT)
+                rc = -ETIMEDOUT;
+            else if (r == -ECHILD || r == -EDEADLK)
+                rc = r;
+        }
+        for (size_t i = 0; i < n; i++)
+            chime_task_release(s[i]);
+        chime__free(s);
+        if (rc != 0)
+            return rc;
+        /* Tasks added meanwhile: look again. */
+    }
+}
+
+void
+chime_group_free(chime_group *g)
+{
+    if (g == NULL)
+        return;
+    for (size_t i = 0; i < g->n; i++)
+        chime_task_release(g->v[i]);
+    chime__free(g->v);
+    pthread_mutex_destroy(&g->mu);
+    chime__free(g);
+}
