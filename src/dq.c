@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The delay queue (include/chime/dq.h): a 4-ary heap of intrusive nodes
- * under one mutex, consumers in leader-follower, and a readiness fd.
+ * (dq_heap.h) under one mutex, consumers in leader-follower, and a
+ * readiness fd.
  *
  * Design notes
  * - Order: (deadline, seq). seq is a 64-bit per-queue counter taken at each
@@ -43,6 +44,7 @@
 #include "dq.h"
 #include "clock.h"
 #include "common.h"
+#include "dq_heap.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -52,15 +54,9 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-#define ARITY 4
 #define DQ_MIN_CAP 16u
 #define DQ_MAX_CAP (UINT32_C(1) << 31)
 #define DISARMED INT64_MIN
-
-typedef struct dq_slot {
-    int64_t deadline;
-    chime_dq_node *node;
-} dq_slot;
 
 struct chime_dq {
     pthread_mutex_t mu;
@@ -90,67 +86,7 @@ now_locked(chime_dq *dq)
     return dq->clock ? dq->clock(dq->clock_ctx) : chime__monotonic_ns();
 }
 
-/* ---- the heap ------------------------------------------------------------ */
-
-static inline bool
-slot_less(const dq_slot *a, const dq_slot *b)
-{
-    if (a->deadline != b->deadline)
-        return a->deadline < b->deadline;
-    return a->node->seq_ < b->node->seq_;
-}
-
-static inline void
-place(chime_dq *dq, uint32_t i, dq_slot s)
-{
-    dq->slots[i] = s;
-    s.node->index_ = i;
-}
-
-static void
-sift_up(chime_dq *dq, uint32_t i)
-{
-    dq_slot s = dq->slots[i];
-    while (i > 0) {
-        uint32_t parent = (i - 1) / ARITY;
-        if (!slot_less(&s, &dq->slots[parent]))
-            break;
-        place(dq, i, dq->slots[parent]);
-        i = parent;
-    }
-    place(dq, i, s);
-}
-
-static void
-sift_down(chime_dq *dq, uint32_t i)
-{
-    dq_slot s = dq->slots[i];
-    for (;;) {
-        uint32_t first = ARITY * i + 1;
-        if (first >= dq->len)
-            break;
-        uint32_t end = first + ARITY < dq->len ? first + ARITY : dq->len;
-        uint32_t c = first;
-        for (uint32_t j = first + 1; j < end; j++)
-            if (slot_less(&dq->slots[j], &dq->slots[c]))
-                c = j;
-        if (!slot_less(&dq->slots[c], &s))
-            break;
-        place(dq, i, dq->slots[c]);
-        i = c;
-    }
-    place(dq, i, s);
-}
-
-/* The slot at i may belong above or below where it is. */
-static void
-fix(chime_dq *dq, uint32_t i)
-{
-    if (i > 0 && slot_less(&dq->slots[i], &dq->slots[(i - 1) / ARITY]))
-        sift_up(dq, i);
-    else
-        sift_down(dq, i);
-}
+/* ---- the heap (dq_heap.h), under dq->mu --------------------------------- */
 
 static int
 grow_locked(chime_dq *dq)
@@ -179,7 +115,7 @@ push_locked(chime_dq *dq, chime_dq_node *node, int64_t deadline)
     node->seq_ = dq->seq++;
     node->dq_ = dq;
     dq->slots[dq->len] = (dq_slot){deadline, node};
-    sift_up(dq, dq->len++);
+    chime__dqh_sift_up(dq->slots, dq->len++);
     dq->offered++;
 }
 
@@ -192,8 +128,8 @@ unlink_locked(chime_dq *dq, uint32_t i)
     chime_dq_node *node = dq->slots[i].node;
     dq_slot last = dq->slots[--dq->len];
     if (i < dq->len) {
-        place(dq, i, last);
-        fix(dq, i);
+        chime__dqh_place(dq->slots, i, last);
+        chime__dqh_fix(dq->slots, dq->len, i);
     }
     node->dq_ = NULL;
     node->index_ = CHIME_DQ_NONE;
@@ -421,7 +357,7 @@ requeue(chime_dq *dq, chime_dq_node *node, int64_t value, bool relative)
         node->deadline_ = deadline;
         node->seq_ = dq->seq++;
         dq->slots[was].deadline = deadline;
-        fix(dq, was);
+        chime__dqh_fix(dq->slots, dq->len, was);
         dq->offered++;
         if (node->index_ == 0)
             new_head_locked(dq);
@@ -768,7 +704,7 @@ chime__dq_check(chime_dq *dq)
         if (s->node->dq_ != dq || s->node->index_ != i ||
             s->node->deadline_ != s->deadline)
             rc = -1;
-        else if (i > 0 && slot_less(s, &dq->slots[(i - 1) / ARITY]))
+        else if (i > 0 && chime__dqh_less(s, &dq->slots[chime__dqh_parent(i)]))
             rc = -1;
     }
     if (dq->len > dq->cap || dq->head_waiters > 1)
