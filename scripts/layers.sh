@@ -12,7 +12,7 @@
 #        (ctest runs it on the build's chime_objects directory)
 set -euo pipefail
 
-order=(lib clock tz cron heap slab ready context complete timers post inbox worker task submit cancel
+order=(lib clock tz cron heap dq slab ready context complete timers post inbox worker task submit cancel
     shutdown pool loop wall group)
 
 dir=${1:?usage: scripts/layers.sh <objects directory>}

@@ -19,6 +19,7 @@
  * #include <chime/uv.h>         // the libuv binding: chime-uv
  * #include <chime/ev.h>         // the libev binding: chime-ev
  * #include <chime/glib.h>       // the GLib binding: chime-glib
+ * #include <chime/dq.h>         // the delay queue (in chime itself)
  * @endcode
  *
  * A chime_pool runs tasks at a time (one-shot or periodic) on worker
@@ -30,7 +31,8 @@
  * (scheduling work on workers), chime-task(3) (task handles: cancel,
  * re-arm, touch, wait), chime-loop(3) (loop bindings), chime-event(3) (the
  * libevent binding), chime-uv(3), chime-ev(3) and chime-glib(3) (the libuv,
- * libev and GLib bindings). Every function has a page of its own name too
+ * libev and GLib bindings) and chime-dq(3) (the delay queue for your own
+ * threads, chime_dq). Every function has a page of its own name too
  * (for example chime_loop_schedule(3)).
  *
  * @section chime_conventions Conventions

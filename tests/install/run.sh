@@ -96,6 +96,7 @@ pcdir=$(dirname "$pc")
 libdir=$(dirname "$pcdir")
 cmakedir="$libdir/cmake/chime"
 test -f "$prefix/include/chime/chime.h"
+test -f "$prefix/include/chime/dq.h" # the delay queue (issue 15)
 test -f "$cmakedir/chimeConfig.cmake"
 test -f "$cmakedir/chimeConfigVersion.cmake"
 test -f "$cmakedir/chimeTargets.cmake"
