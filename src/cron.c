@@ -366,6 +366,17 @@ day_matches(const chime_cron *c, int dom, int dow)
     return a || b;
 }
 
+/* The next day of the calendar (the carry of civil_next's fields). */
+static void
+next_day(int64_t *y, int *mo, int *d)
+{
+    if (++*d > chime__month_days(*y, *mo)) {
+        *d = 1;
+        if (++*mo > 12)
+            *mo = 1, ++*y;
+    }
+}
+
 /* The first matching civil time (local seconds) >= local, or INT64_MAX
  * when there is none before the year 10000 or within 400 years. */
 static int64_t
@@ -397,11 +408,7 @@ civil_next(const chime_cron *c, int64_t local)
         int dow = (int)(((dn % 7) + 11) % 7);
         if (!day_matches(c, d, dow)) {
             h = mi = s = 0;
-            if (++d > chime__month_days(y, mo)) {
-                d = 1;
-                if (++mo > 12)
-                    mo = 1, y++;
-            }
+            next_day(&y, &mo, &d);
             continue;
         }
         int nh = next_bit(c->hours, h);
@@ -409,11 +416,7 @@ civil_next(const chime_cron *c, int64_t local)
             mi = s = 0;
             if (nh < 0) {
                 h = 0;
-                if (++d > chime__month_days(y, mo)) {
-                    d = 1;
-                    if (++mo > 12)
-                        mo = 1, y++;
-                }
+                next_day(&y, &mo, &d);
                 continue;
             }
             h = nh;
@@ -425,11 +428,7 @@ civil_next(const chime_cron *c, int64_t local)
                 mi = 0;
                 if (++h > 23) {
                     h = 0;
-                    if (++d > chime__month_days(y, mo)) {
-                        d = 1;
-                        if (++mo > 12)
-                            mo = 1, y++;
-                    }
+                    next_day(&y, &mo, &d);
                 }
                 continue;
             }
@@ -442,11 +441,7 @@ civil_next(const chime_cron *c, int64_t local)
                 mi = 0;
                 if (++h > 23) {
                     h = 0;
-                    if (++d > chime__month_days(y, mo)) {
-                        d = 1;
-                        if (++mo > 12)
-                            mo = 1, y++;
-                    }
+                    next_day(&y, &mo, &d);
                 }
             }
             continue;

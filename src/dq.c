@@ -303,6 +303,18 @@ chime_dq_destroy(chime_dq *dq, chime_dq_node_fn fn, void *ctx)
 /* offer_at (relative false: value is the deadline) and offer (a delay,
  * added to the clock read under the lock, so that "now" is never older
  * than a time the queue has already seen). */
+/* Puts node in at deadline (room made): a new head wakes a consumer and
+ * re-arms the fd. */
+static void
+insert_locked(chime_dq *dq, chime_dq_node *node, int64_t deadline)
+{
+    push_locked(dq, node, deadline);
+    if (node->index_ == 0) {
+        new_head_locked(dq);
+        sync_fd_locked(dq);
+    }
+}
+
 static int
 offer(chime_dq *dq, chime_dq_node *node, int64_t value, bool relative)
 {
@@ -316,15 +328,10 @@ offer(chime_dq *dq, chime_dq_node *node, int64_t value, bool relative)
         rc = -EBUSY;
     else
         rc = grow_locked(dq);
-    if (rc == 0) {
-        push_locked(dq, node,
-                    relative ? chime__deadline_after(now_locked(dq), value)
-                             : value);
-        if (node->index_ == 0) {
-            new_head_locked(dq);
-            sync_fd_locked(dq);
-        }
-    }
+    if (rc == 0)
+        insert_locked(dq, node,
+                      relative ? chime__deadline_after(now_locked(dq), value)
+                               : value);
     pthread_mutex_unlock(&dq->mu);
     return rc;
 }
@@ -367,11 +374,7 @@ requeue(chime_dq *dq, chime_dq_node *node, int64_t value, bool relative)
     } else if (node->dq_) {
         rc = -EBUSY;
     } else if ((rc = grow_locked(dq)) == 0) {
-        push_locked(dq, node, deadline);
-        if (node->index_ == 0) {
-            new_head_locked(dq);
-            sync_fd_locked(dq);
-        }
+        insert_locked(dq, node, deadline);
     }
     pthread_mutex_unlock(&dq->mu);
     return rc;
