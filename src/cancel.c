@@ -315,6 +315,22 @@ rearm(chime_task *t, int64_t delay_ns, bool pending_only)
     return rc;
 }
 
+int
+chime_task_set_missed_tick(chime_task *t, chime_missed_tick policy)
+{
+    if (t == NULL || chime__task_kind(t) != CHIME_KIND_FIXED_RATE ||
+        (unsigned)policy > CHIME_MISSED_DELAY)
+        return -EINVAL;
+    struct chime_loop *l;
+    int rc = lock_live(t, &l); /* flags: the lock the task changes under */
+    if (rc != 0)
+        return rc;
+    t->flags = (uint8_t)((t->flags & ~CHIME_TF_MISSED) |
+                         ((unsigned)policy << 5));
+    pthread_mutex_unlock(l ? &l->mu : &t->pool->mu);
+    return 0;
+}
+
 /* The checks both touches share; returns 0 or what touch returns. */
 static int
 touch_check(chime_task *t)

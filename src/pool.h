@@ -262,6 +262,30 @@ chime__set_rearm_target(struct chime_task *t, int64_t d)
         t->run_deadline = d;
 }
 
+/* A fixed-rate task's next run after a run that ended at `end`: the next
+ * time of its grid, or, when that has passed already (runs were missed),
+ * what its CHIME_TF_MISSED policy says (chime.h, chime_missed_tick). */
+static inline int64_t
+chime__fixed_rate_next(const struct chime_task *t, int64_t end)
+{
+    int64_t next = chime__sat_add(t->run_deadline, t->period);
+    if (next > end)
+        return next;
+    switch ((t->flags & CHIME_TF_MISSED) >> 5) {
+    case 1: { /* SKIP: the first grid time after end */
+        int64_t k = (end - t->run_deadline) / t->period + 1;
+        int64_t step;
+        if (__builtin_mul_overflow(k, t->period, &step))
+            return INT64_MAX;
+        return chime__sat_add(t->run_deadline, step);
+    }
+    case 2: /* DELAY: the grid starts again from end */
+        return chime__sat_add(end, t->period);
+    default: /* BURST */
+        return next;
+    }
+}
+
 /* After a run that returned 0 and did not complete the task: when does it
  * run next? A re-arm's target, the fixed rate's next slot, or the fixed
  * delay from end (the time the run ended). Returns false for a one-shot
@@ -272,7 +296,7 @@ chime__next_run(const struct chime_task *t, int64_t end, int64_t *next)
     if (t->flags & CHIME_TF_REARM)
         *next = t->run_deadline; /* the re-arm target */
     else if (chime__task_kind(t) == CHIME_KIND_FIXED_RATE)
-        *next = chime__sat_add(t->run_deadline, t->period);
+        *next = chime__fixed_rate_next(t, end);
     else if (chime__task_kind(t) == CHIME_KIND_FIXED_DELAY)
         *next = chime__deadline_after(end, t->period);
     else

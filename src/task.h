@@ -27,6 +27,8 @@ enum {
                                   deadline is defer_deadline, its slot
                                   still has the earlier one until it
                                   reaches the head */
+    CHIME_TF_MISSED = 3u << 5, /* fixed rate: the chime_missed_tick
+                                  policy (bits 5-6) */
     CHIME_TF_AHEAD = 1u << 4,  /* in a binding's post list: `period` holds
                                   the address of the post made
                                   CHIME_POST_AHEAD posts later (a prefetch

@@ -726,7 +726,9 @@ CHIME_EXPORT int chime_pool_schedule(chime_pool *pool, chime_task_fn fn,
  *
  * First run after initial_delay_ns (<= 0: now), then at initial +
  * k*period_ns on the original schedule (no drift). A late run is followed
- * by the next one at once; runs never overlap. Stops when cancelled, when a
+ * by the next one at once (CHIME_MISSED_BURST; see
+ * chime_task_set_missed_tick() for the other policies); runs never
+ * overlap. Stops when cancelled, when a
  * run fails, or at shutdown (see policies). Its handle never completes as
  * done.
  * @warning Any non-zero return of fn stops the task for good (see
@@ -742,6 +744,37 @@ CHIME_EXPORT int chime_pool_schedule_at_fixed_rate(chime_pool *pool,
                                                    int64_t initial_delay_ns,
                                                    int64_t period_ns,
                                                    chime_task **out);
+
+/** What a fixed-rate task does after runs were missed (it fell behind: a
+ * run lasted longer than the period, the workers were busy, the machine
+ * was suspended). Tokio's MissedTickBehavior is the model. */
+typedef enum chime_missed_tick {
+    /** Run the missed runs back to back, then go on on the original grid
+     * (Java's scheduleAtFixedRate; the default). */
+    CHIME_MISSED_BURST = 0,
+    /** Skip them: the next run is the first time of the original grid
+     * (initial + k * period) after now. */
+    CHIME_MISSED_SKIP = 1,
+    /** Shift the grid: the next run is now + period, and the grid goes on
+     * from there. */
+    CHIME_MISSED_DELAY = 2,
+} chime_missed_tick;
+
+/**
+ * @brief Sets what a fixed-rate task does after missed runs.
+ *
+ * Applies from the next time its next run is computed (after a run).
+ * @param task A fixed-rate task (pool or loop).
+ * @param policy CHIME_MISSED_BURST, _SKIP or _DELAY.
+ * @retval 0 Success.
+ * @retval -EINVAL task NULL, not a fixed-rate task, or an unknown policy.
+ * @retval -EALREADY The task has completed.
+ * @retval -ECHILD After fork.
+ * @par Thread-safety:
+ * Any thread, including the task's own callback.
+ */
+CHIME_EXPORT int chime_task_set_missed_tick(chime_task *task,
+                                            chime_missed_tick policy);
 
 /**
  * @brief Periodic with a fixed delay.
