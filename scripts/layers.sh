@@ -13,7 +13,7 @@
 set -euo pipefail
 
 order=(lib clock tz cron heap dq slab ready context complete timers post inbox worker task submit cancel
-    shutdown pool loop wall group)
+    shutdown pool loop wall group metrics)
 
 dir=${1:?usage: scripts/layers.sh <objects directory>}
 declare -A rank def

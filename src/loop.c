@@ -349,6 +349,7 @@ chime_loop_dispatch(chime_loop *l)
             if (want > CHIME_LOOP_BATCH)
                 want = CHIME_LOOP_BATCH;
             uint32_t k = 0;
+            bool timed = false; /* a task with a deadline: lateness */
             while (k < want) {
                 int64_t deadline, timeout;
                 struct chime_task *t =
@@ -359,6 +360,7 @@ chime_loop_dispatch(chime_loop *l)
                     chime__timers_touched_locked(l, t, deadline, timeout))
                     continue;
                 t->run_deadline = deadline;
+                timed |= deadline != 0;
                 atomic_store_explicit(&t->state, CHIME_TASK_BATCHED,
                                       memory_order_relaxed);
                 atomic_store_explicit(&l->batch[k++], t,
@@ -370,6 +372,13 @@ chime_loop_dispatch(chime_loop *l)
             pthread_mutex_unlock(&l->mu);
             chime__free_garbage(garbage);
             garbage = NULL;
+            /* Lateness: the batch's start, one clock read per batch (as
+             * the pool's workers take it); posts have no deadline. */
+            int64_t bnow = timed ? chime__pool_now(p) : 0;
+            uint32_t hist[CHIME_LATENESS_BUCKETS];
+            uint64_t late_sum = 0;
+            if (timed)
+                memset(hist, 0, sizeof(hist));
 
             int ran = 0, fast = 0;
             for (uint32_t i = 0; i < k; i++) {
@@ -384,6 +393,12 @@ chime_loop_dispatch(chime_loop *l)
                     dropped += before - l->tasks;
                     pthread_mutex_unlock(&l->mu);
                     continue;
+                }
+                if (timed && t->run_deadline != 0) {
+                    int64_t late = bnow - t->run_deadline;
+                    hist[chime__late_bucket(late)]++;
+                    if (late > 0)
+                        late_sum += (uint64_t)late;
                 }
                 atomic_store_explicit(&l->current, t, memory_order_relaxed);
                 void *result;
@@ -406,6 +421,11 @@ chime_loop_dispatch(chime_loop *l)
             CHIME_LOCK_LOOP(&l->mu);
             l->batch_n = 0;
             l->st.dispatched += (uint64_t)ran;
+            if (timed) {
+                for (unsigned b = 0; b < CHIME_LATENESS_BUCKETS; b++)
+                    l->st.lateness[b] += hist[b];
+                l->st.lateness_sum_ns += late_sum;
+            }
             l->pst.completed += (uint64_t)fast;
             CHIME_ASSERT(l->tasks >= (size_t)fast);
             l->tasks -= (size_t)fast;

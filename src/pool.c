@@ -490,6 +490,9 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
     out->completed += p->ran_exited;
     if (p->late_exited > out->max_lateness_ns)
         out->max_lateness_ns = p->late_exited;
+    for (unsigned k = 0; k < CHIME_LATENESS_BUCKETS; k++)
+        out->lateness[k] = p->late_hist_exited[k];
+    out->lateness_sum_ns = p->late_sum_exited;
     struct chime_list *wn;
     chime__list_for_each(wn, &p->workers)
     {
@@ -502,6 +505,11 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
             atomic_load_explicit(&w->max_lateness, memory_order_relaxed);
         if (late > out->max_lateness_ns)
             out->max_lateness_ns = late;
+        for (unsigned k = 0; k < CHIME_LATENESS_BUCKETS; k++)
+            out->lateness[k] +=
+                atomic_load_explicit(&w->late_hist[k], memory_order_relaxed);
+        out->lateness_sum_ns +=
+            atomic_load_explicit(&w->late_sum, memory_order_relaxed);
     }
     struct chime_list *lists[] = {&p->loops, &p->closed_loops}, *n;
     for (size_t i = 0; i < 2; i++) {

@@ -60,8 +60,20 @@ struct chime_worker {
     _Atomic uint64_t ran;          /* runs finished */
     _Atomic unsigned running;      /* 1 inside a callback */
     _Atomic int64_t max_lateness;
+    _Atomic uint64_t late_hist[CHIME_LATENESS_BUCKETS];
+    _Atomic uint64_t late_sum;
     unsigned index;
 };
+
+/* The lateness histogram's bucket of `late` ns (chime.h). */
+static inline unsigned
+chime__late_bucket(int64_t late)
+{
+    if (late <= 0)
+        return 0;
+    unsigned k = 64u - (unsigned)__builtin_clzll((unsigned long long)late);
+    return k < CHIME_LATENESS_BUCKETS ? k : CHIME_LATENESS_BUCKETS - 1;
+}
 
 /* The due ring: tasks taken off the heap because they are due (BATCHED),
  * filled by a worker under the pool's lock and claimed by any worker
@@ -111,6 +123,8 @@ struct chime_pool {
     unsigned nrearmed;
     uint64_t ran_exited;     /* mu: runs of workers that exited */
     int64_t late_exited;     /* mu: their largest lateness */
+    uint64_t late_hist_exited[CHIME_LATENESS_BUCKETS]; /* mu: theirs */
+    uint64_t late_sum_exited;
     /* Written under mu; atomic so that the loop side (timers.c), which
      * never takes mu, reads it too. */
     _Atomic int run_state;

@@ -681,6 +681,17 @@ run_due(struct chime_pool *p, struct chime_worker *w)
         if (late > atomic_load_explicit(&w->max_lateness, memory_order_relaxed))
             atomic_store_explicit(&w->max_lateness, late,
                                   memory_order_relaxed);
+        /* The histogram: this worker's own counters (no RMW). */
+        _Atomic uint64_t *b = &w->late_hist[chime__late_bucket(late)];
+        atomic_store_explicit(
+            b, atomic_load_explicit(b, memory_order_relaxed) + 1,
+            memory_order_relaxed);
+        if (late > 0)
+            atomic_store_explicit(
+                &w->late_sum,
+                atomic_load_explicit(&w->late_sum, memory_order_relaxed) +
+                    (uint64_t)late,
+                memory_order_relaxed);
         atomic_store_explicit(&w->current, t, memory_order_relaxed);
         atomic_store_explicit(&w->running, 1, memory_order_relaxed);
         void *result;
@@ -761,6 +772,11 @@ worker_main(void *arg)
     int64_t late = atomic_load_explicit(&w->max_lateness, memory_order_relaxed);
     if (late > p->late_exited)
         p->late_exited = late;
+    for (unsigned k = 0; k < CHIME_LATENESS_BUCKETS; k++)
+        p->late_hist_exited[k] +=
+            atomic_load_explicit(&w->late_hist[k], memory_order_relaxed);
+    p->late_sum_exited +=
+        atomic_load_explicit(&w->late_sum, memory_order_relaxed);
     struct chime_task *g = w->garbage;
     pthread_mutex_unlock(&p->mu);
     chime__free_garbage(g);
@@ -813,6 +829,9 @@ chime__spawn(struct chime_pool *p)
         CHIME_HB_ATOMIC(&w->ran);
         CHIME_HB_ATOMIC(&w->running);
         CHIME_HB_ATOMIC(&w->max_lateness);
+        for (unsigned k = 0; k < CHIME_LATENESS_BUCKETS; k++)
+            CHIME_HB_ATOMIC(&w->late_hist[k]);
+        CHIME_HB_ATOMIC(&w->late_sum);
         chime__pool_lock(p);
         w->index = p->next_index++;
         /* Linked before it runs so shutdown_now can reach its task. */

@@ -338,6 +338,15 @@ typedef void (*chime_pool_hook_fn)(chime_pool *pool, void *ctx);
  */
 typedef int64_t (*chime_clock_fn)(void *ctx);
 
+/** Buckets of the lateness histograms (chime_pool_stats.lateness,
+ * chime_loop_stats.lateness): log2 of ns. */
+#define CHIME_LATENESS_BUCKETS 32
+
+/** The upper bound in ns of lateness bucket k (inclusive: a run in bucket k
+ * was at most this late): 0, 1, 3, 7, ... 2^k - 1; INT64_MAX for the last
+ * bucket and for k out of range. Any thread. */
+CHIME_EXPORT int64_t chime_lateness_bucket_le(unsigned k);
+
 /** Options of chime_pool_new(). Fill it with chime_pool_options_init()
  * first, then change what you need: fields added later get their
  * defaults that way. */
@@ -882,6 +891,15 @@ typedef struct chime_pool_stats {
                                   clock at its start. W3 in
                                   docs/benchmarks.md measures real
                                   lateness. */
+    /** Lateness histogram of the runs (start - deadline, taken as
+     * max_lateness_ns is): lateness[0] counts runs 0 ns late (or early,
+     * never by chime), lateness[k] for 1 <= k < CHIME_LATENESS_BUCKETS - 1
+     * those [2^(k-1), 2^k) ns late, the last bucket those 2^30 ns (1.07 s)
+     * late or more. chime_lateness_bucket_le() gives each bucket's upper
+     * bound; chime_pool_stats_format() prints it as a Prometheus
+     * histogram. */
+    uint64_t lateness[CHIME_LATENESS_BUCKETS];
+    uint64_t lateness_sum_ns; /**< the sum of those runs' lateness */
 } chime_pool_stats;
 
 /**
@@ -1525,7 +1543,45 @@ typedef struct chime_loop_stats {
     uint64_t touch_requeues; /**< expiries that moved on instead of running:
                                 activity since their arming (touch), or a
                                 queued one-shot re-armed to later */
+    /** Lateness histogram of the loop's timer runs (start - deadline, the
+     * start taken when the dispatch took its batch), as
+     * chime_pool_stats.lateness; posts have no deadline and are not
+     * counted. */
+    uint64_t lateness[CHIME_LATENESS_BUCKETS];
+    uint64_t lateness_sum_ns; /**< the sum of those runs' lateness */
 } chime_loop_stats;
+
+/**
+ * @brief Formats pool stats in the Prometheus text exposition format
+ * (version 0.0.4), for a server's metrics endpoint: counters
+ * (`chime_tasks_submitted_total`, `..._completed_total`,
+ * `..._cancelled_total`, `..._failed_total`, `..._rejected_total`), gauges
+ * (`chime_tasks_pending`, `chime_tasks_running`, `chime_threads_alive`)
+ * and the histogram `chime_task_lateness_seconds`, each labelled
+ * pool="<name>".
+ * @param s The stats (chime_pool_get_stats()).
+ * @param name The label's value (escaped as the format requires); NULL:
+ * "chime".
+ * @param buf Where to write, NUL-terminated (NULL with size 0: only
+ * measure).
+ * @param size Its size.
+ * @return The length of the whole text (as snprintf: compare with size to
+ * see whether it was cut), or -EINVAL (s NULL, or buf NULL with size > 0).
+ * @par Thread-safety:
+ * Any thread.
+ */
+CHIME_EXPORT int chime_pool_stats_format(const chime_pool_stats *s,
+                                         const char *name, char *buf,
+                                         size_t size);
+/**
+ * @brief As chime_pool_stats_format(), for a binding's stats
+ * (`chime_loop_dispatched_total`, `chime_loop_wakeups_total`,
+ * `chime_loop_ready`, `chime_loop_timers`, the histogram
+ * `chime_loop_lateness_seconds`), labelled loop="<name>".
+ */
+CHIME_EXPORT int chime_loop_stats_format(const chime_loop_stats *s,
+                                         const char *name, char *buf,
+                                         size_t size);
 
 /**
  * @brief Snapshot of the binding's counters.
