@@ -19,6 +19,9 @@
 #endif
 #include "pool.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
 static _Thread_local struct chime_pool *tls_worker_pool;
 static _Thread_local struct chime_task *tls_task;
 /* The pools whose user code (a task callback and its hooks, on_terminated,
@@ -64,6 +67,19 @@ chime__inside(const struct chime_pool *p, unsigned kinds)
         if (f->pool == p && (f->kind & kinds))
             return true;
     return false;
+}
+
+void
+chime__log(struct chime_pool *p, int level, const char *fmt, ...)
+{
+    if (p->log == NULL)
+        return;
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    p->log(p, level, msg, p->log_ctx);
 }
 
 int

@@ -101,6 +101,8 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     p->clock_ctx = opts->clock_ctx;
     p->clock_id = opts->clock_id == CLOCK_BOOTTIME ? CLOCK_BOOTTIME
                                                    : CLOCK_MONOTONIC;
+    p->log = opts->log;
+    p->log_ctx = opts->log_ctx;
     p->wall_clock = opts->wall_clock;
     p->wall_clock_ctx = opts->wall_clock_ctx;
     chime__slab_init(&p->slab);

@@ -181,6 +181,8 @@ struct chime_pool {
     _Atomic bool remove_on_cancel;
     chime_clock_fn clock;
     void *clock_ctx;
+    chime_log_fn log;          /* immutable: options.log */
+    void *log_ctx;
     clockid_t clock_id;        /* CLOCK_MONOTONIC or CLOCK_BOOTTIME */
     chime_clock_fn wall_clock; /* NULL: CLOCK_REALTIME */
     void *wall_clock_ctx;
@@ -407,6 +409,10 @@ chime__wall_of(const struct chime_task *t)
         atomic_load_explicit(&chime__wall_hooks, memory_order_acquire);
     return h != NULL && t->fn == h->trampoline ? h : NULL;
 }
+
+/* A message for options.log (none set: nothing, not even formatted). */
+void chime__log(struct chime_pool *p, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ---- context.c: whose code this thread runs ----------------------------- */
 /* The task being run by this thread (its callback), or NULL. */

@@ -327,6 +327,11 @@ chime__loop_settle_locked(struct chime_loop *l, struct chime_task *t, int rc,
         return;
     }
     if (rc != 0) {
+        if (chime__task_kind(t) != CHIME_KIND_ONESHOT)
+            chime__log(l->pool, CHIME_LOG_WARNING,
+                       "pool %s: periodic loop task %p stopped: its callback "
+                       "returned %d",
+                       l->pool->name, (void *)t, rc);
         chime__loop_complete_locked(l, t, CHIME_TASK_FAILED, rc);
         chime__loop_drop_locked(l, t, garbage);
         return;

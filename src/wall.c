@@ -214,8 +214,13 @@ step_pass(struct chime_pool *p, struct chime_wall *w)
          * wall clock itself); -EALREADY: completed meanwhile. */
         (void)chime__task_rearm_pending(t, due > now ? due - now : 0);
     }
+    size_t n = w->n;
     prune_locked(w);
     pthread_mutex_unlock(&w->mu);
+    chime__log(p, CHIME_LOG_INFO,
+               "pool %s: the wall clock was stepped: %zu wall-clock tasks "
+               "looked at again",
+               p->name, n);
 }
 
 /* ---- the step watcher ---------------------------------------------------- */

@@ -568,6 +568,11 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
         return;
     }
     if (rc != 0) {
+        if (chime__task_kind(t) != CHIME_KIND_ONESHOT)
+            chime__log(p, CHIME_LOG_WARNING,
+                       "pool %s: periodic task %p stopped: its callback "
+                       "returned %d",
+                       p->name, (void *)t, rc);
         chime__complete_locked(p, t, CHIME_TASK_FAILED, rc);
         chime__drop_locked(t, garbage);
         return;
@@ -859,7 +864,11 @@ chime__spawn(struct chime_pool *p)
         chime__try_terminate_locked(p);
         pthread_mutex_unlock(&p->mu);
         chime__free(w);
-        return rc > 0 ? -rc : (rc < 0 ? rc : -EAGAIN);
+        rc = rc > 0 ? -rc : (rc < 0 ? rc : -EAGAIN);
+        chime__log(p, CHIME_LOG_WARNING,
+                   "pool %s: could not start a worker thread (%s)", p->name,
+                   chime_strerror(rc));
+        return rc;
     }
     return 0;
 }

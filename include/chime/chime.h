@@ -347,6 +347,27 @@ typedef int64_t (*chime_clock_fn)(void *ctx);
  * bucket and for k out of range. Any thread. */
 CHIME_EXPORT int64_t chime_lateness_bucket_le(unsigned k);
 
+/** Levels of chime_log_fn (syslog's numbers). */
+#define CHIME_LOG_WARNING 4 /**< something went wrong and was handled */
+#define CHIME_LOG_INFO 6    /**< something worth knowing happened */
+
+/**
+ * @brief The library's own messages (chime_pool_options.log): a worker
+ * thread that could not be started, a periodic task stopped by a failing
+ * run, a step of the wall clock. Off by default.
+ * @param pool The pool.
+ * @param level CHIME_LOG_WARNING or CHIME_LOG_INFO.
+ * @param msg One line, NUL-terminated, without a newline; valid during
+ * the call only.
+ * @param ctx options.log_ctx.
+ * @par Runs on:
+ * The thread where it happened, possibly with the pool's or a binding's
+ * lock held: it must not call chime functions. Copy the message (or write
+ * it out) and return.
+ */
+typedef void (*chime_log_fn)(chime_pool *pool, int level, const char *msg,
+                             void *ctx);
+
 /** Options of chime_pool_new(). Fill it with chime_pool_options_init()
  * first, then change what you need: fields added later get their
  * defaults that way. */
@@ -403,6 +424,9 @@ typedef struct chime_pool_options {
      * any thread. */
     chime_clock_fn wall_clock;
     void *wall_clock_ctx; /**< passed to wall_clock */
+
+    chime_log_fn log; /**< NULL (the default): no messages */
+    void *log_ctx;    /**< passed to log */
 } chime_pool_options;
 
 /**
