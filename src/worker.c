@@ -866,8 +866,8 @@ chime__spawn(struct chime_pool *p)
         chime__free(w);
         rc = rc > 0 ? -rc : (rc < 0 ? rc : -EAGAIN);
         chime__log(p, CHIME_LOG_WARNING,
-                   "pool %s: could not start a worker thread (%s)", p->name,
-                   chime_strerror(rc));
+                   "pool %s: could not start a worker thread (errno %d)",
+                   p->name, -rc);
         return rc;
     }
     return 0;
