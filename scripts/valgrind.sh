@@ -68,6 +68,7 @@ export CHIME_TEST_RACE_ATTEMPTS=${CHIME_TEST_RACE_ATTEMPTS:-500} # test_loop_can
 export CHIME_TEST_POSTS=${CHIME_TEST_POSTS:-5000}                # test_loop_dispatch
 export CHIME_TEST_CLOSE_ROUNDS=${CHIME_TEST_CLOSE_ROUNDS:-20}     # test_loop_cancel
 export CHIME_MODEL_SEQS=${CHIME_MODEL_SEQS:-4}                   # test_model
+export CHIME_TEST_GROUP_ROUNDS=${CHIME_TEST_GROUP_ROUNDS:-2}      # test_group
 # test_faults: fail each allocation site once per call that reaches it
 # instead of every allocation in turn.
 export CHIME_TEST_FAULT_PER_SITE=${CHIME_TEST_FAULT_PER_SITE:-1}
