@@ -350,6 +350,9 @@ chime_loop_dispatch(chime_loop *l)
                 want = CHIME_LOOP_BATCH;
             uint32_t k = 0;
             bool timed = false; /* a task with a deadline: lateness */
+            /* Each one's deadline, read here under the lock: once claimed
+             * a running task's run_deadline may be re-armed meanwhile. */
+            int64_t dls[CHIME_LOOP_BATCH];
             while (k < want) {
                 int64_t deadline, timeout;
                 struct chime_task *t =
@@ -361,6 +364,7 @@ chime_loop_dispatch(chime_loop *l)
                     continue;
                 t->run_deadline = deadline;
                 timed |= deadline != 0;
+                dls[k] = deadline;
                 atomic_store_explicit(&t->state, CHIME_TASK_BATCHED,
                                       memory_order_relaxed);
                 atomic_store_explicit(&l->batch[k++], t,
@@ -394,8 +398,8 @@ chime_loop_dispatch(chime_loop *l)
                     pthread_mutex_unlock(&l->mu);
                     continue;
                 }
-                if (timed && t->run_deadline != 0) {
-                    int64_t late = bnow - t->run_deadline;
+                if (timed && dls[i] != 0) {
+                    int64_t late = bnow - dls[i];
                     hist[chime__late_bucket(late)]++;
                     if (late > 0)
                         late_sum += (uint64_t)late;
