@@ -733,8 +733,8 @@ read_file(const char *path, unsigned char **buf, size_t *len)
 static int
 load_path(const char *path, const char *name, chime_tz **out)
 {
-    unsigned char *buf;
-    size_t len;
+    unsigned char *buf = NULL;
+    size_t len = 0;
     int rc = read_file(path, &buf, &len);
     if (rc != 0)
         return rc;
