@@ -10,14 +10,19 @@
  *     process sends one ping when it wakes, not a burst);
  *   - a retry (a one-shot that re-arms itself a few times, as a client
  *     retrying a write with backoff would).
+ * Every timer is labelled ("conn 7 idle") and the keep-alives are
+ * jittered by a fifth of their period (chime_task_set_jitter), so that the
+ * connections accepted together do not ping together. Once all are set
+ * up, the head of the pool's dump (chime_pool_dump_file) is printed.
  * Requests stop at random; each connection is then closed by its idle
  * timeout. At the end the pool's stats are printed in the Prometheus text
  * format (the lateness histogram among them), and the library's log
  * messages went to stderr.
  *
  * --self-test checks that every connection was closed by its own timeout,
- * that no timer of a closed connection ran after its close, and that the
- * groups are empty; exit 0 or 1.
+ * that no timer of a closed connection ran after its close, that the
+ * groups are empty, and that the dump named each labelled timer's own
+ * group; exit 0 or 1.
  */
 #define EXAMPLE_NAME "connection_group"
 #include "example_util.h"
@@ -92,6 +97,45 @@ log_to_stderr(chime_pool *pool, int level, const char *msg, void *ctx)
             level == CHIME_LOG_WARNING ? "warning" : "info", msg);
 }
 
+/* The dump's check: a timer labelled "conn N ..." is in N's group. */
+static conn *g_conns;
+static int
+check_entry(const chime_task_info *i, void *ctx)
+{
+    int id;
+    if (sscanf(i->label, "conn %d", &id) != 1 || id < 0 || id >= n_conns ||
+        i->group != (const void *)g_conns[id].timers)
+        ++*(int *)ctx;
+    return 0;
+}
+
+/* Prints the first `lines` lines of the pool's dump and its last line. */
+static void
+print_dump_head(chime_pool *pool, int lines)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL)
+        ex_die("open_memstream", -ENOMEM);
+    int n = chime_pool_dump_file(pool, f);
+    fclose(f);
+    if (n < 0)
+        ex_die("chime_pool_dump_file", n);
+    const char *p = text;
+    for (int k = 0; k <= lines && *p; k++) {
+        const char *nl = strchr(p, '\n');
+        size_t l = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        fwrite(p, 1, l, stdout);
+        p += l;
+    }
+    const char *last = strrchr(text, '\n');
+    while (last > text && last[-1] != '\n')
+        last--;
+    printf("...\n%s\n", last);
+    free(text);
+}
+
 static void
 check(int rc, const char *what)
 {
@@ -118,33 +162,54 @@ main(int argc, char **argv)
     o.threads = 2;
     o.name = "conns";
     o.log = log_to_stderr;
+    o.jitter_seed = 42; /* the same spread on every run of the example */
     chime_pool *pool;
     check(chime_pool_new(&o, &pool), "chime_pool_new");
 
     conn *cs = calloc((size_t)n_conns, sizeof(*cs));
     if (cs == NULL)
         ex_die("calloc", -ENOMEM);
+    g_conns = cs;
     for (long i = 0; i < n_conns; i++) {
         conn *c = &cs[i];
         c->id = (int)i;
+        char label[CHIME_LABEL_MAX + 1];
         check(chime_group_new(&c->timers), "chime_group_new");
         chime_task *t;
         check(chime_pool_schedule(pool, on_idle, c, idle_ms * CHIME_MSEC,
                                   &c->idle),
               "schedule idle");
+        snprintf(label, sizeof label, "conn %ld idle", i);
+        check(chime_task_set_label(c->idle, label), "label");
         check(chime_group_add(c->timers, c->idle), "group add");
         check(chime_pool_schedule_at_fixed_rate(pool, on_ping, c,
                                                 5 * CHIME_MSEC,
                                                 5 * CHIME_MSEC, &t),
               "schedule keep-alive");
+        snprintf(label, sizeof label, "conn %ld keep-alive", i);
+        check(chime_task_set_label(t, label), "label");
         check(chime_task_set_missed_tick(t, CHIME_MISSED_SKIP), "missed tick");
+        /* Spread by up to a fifth of the period, the first ping too (if
+         * it has not started yet: then from the next one). */
+        int rc = chime_task_set_jitter(t, 0, 0.2, CHIME_JITTER_NOW);
+        if (rc == -EALREADY)
+            rc = chime_task_set_jitter(t, 0, 0.2, 0);
+        check(rc, "jitter");
         check(chime_group_add(c->timers, t), "group add");
         chime_task_release(t);
         check(chime_pool_schedule(pool, on_retry, c, CHIME_MSEC, &t),
               "schedule retry");
+        snprintf(label, sizeof label, "conn %ld retry", i);
+        check(chime_task_set_label(t, label), "label");
         check(chime_group_add(c->timers, t), "group add");
         chime_task_release(t);
     }
+    /* What is pending now, as an operator would look at it. */
+    int wrong = 0;
+    int listed = chime_pool_dump(pool, check_entry, &wrong);
+    if (listed < 0)
+        ex_die("chime_pool_dump", listed);
+    print_dump_head(pool, 6);
 
     /* Requests: each re-arms its connection's idle timeout, until the
      * connection goes quiet (at random) and its timeout closes it. */
@@ -161,6 +226,11 @@ main(int argc, char **argv)
 
     /* Every connection closes by its idle timeout. */
     int failures = 0;
+    if (wrong != 0) {
+        fprintf(stderr, EXAMPLE_NAME ": dump: %d tasks, %d not in their "
+                        "connection's group\n", listed, wrong);
+        failures++;
+    }
     for (long i = 0; i < n_conns; i++) {
         conn *c = &cs[i];
         int rc = chime_group_wait(c->timers, 60 * CHIME_SEC);

@@ -234,6 +234,8 @@ rearm(chime_task *t, int64_t delay_ns, bool pending_only)
         pthread_mutex_unlock(l ? &l->mu : &t->pool->mu);
         return -EBUSY;
     }
+    if (t->flags & CHIME_TF_JITTER)
+        chime__jitter_rearmed(t); /* exact: the grid starts from it */
     struct chime_pool *p = t->pool;
     struct chime_task *garbage = NULL;
     if (l) {
@@ -329,6 +331,66 @@ chime_task_set_missed_tick(chime_task *t, chime_missed_tick policy)
                          ((unsigned)policy << 5));
     pthread_mutex_unlock(l ? &l->mu : &t->pool->mu);
     return 0;
+}
+
+int
+chime_task_set_jitter(chime_task *t, int64_t max_ns, double fraction,
+                      unsigned flags)
+{
+    if (t == NULL || chime__task_kind(t) == CHIME_KIND_ONESHOT ||
+        max_ns < 0 || !(fraction >= 0.0 && fraction <= 1.0) ||
+        (max_ns != 0 && fraction != 0.0) || (flags & ~CHIME_JITTER_NOW))
+        return -EINVAL;
+    uint32_t ppm = (uint32_t)(fraction * 1e6 + 0.5);
+    bool on = max_ns != 0 || ppm != 0;
+    struct chime_loop *l;
+    int rc = lock_live(t, &l); /* flags and the record's jitter fields */
+    if (rc != 0)
+        return rc;
+    struct chime_pool *p = t->pool;
+    pthread_mutex_t *mu = l ? &l->mu : &p->mu;
+    /* The pending run moves only if it waits in its queue. */
+    if ((flags & CHIME_JITTER_NOW) &&
+        (chime__task_state(t) != CHIME_TASK_PENDING ||
+         !(t->flags & CHIME_TF_INHEAP))) {
+        pthread_mutex_unlock(mu);
+        return -EALREADY;
+    }
+    if (!on && !(t->flags & CHIME_TF_JITTER)) {
+        pthread_mutex_unlock(mu);
+        return 0;
+    }
+    /* A generator per task: the pool's seed and this call's number. */
+    uint64_t k = atomic_fetch_add_explicit(&p->jitter_calls, 1,
+                                           memory_order_relaxed);
+    uint64_t seed = p->jitter_seed ^ (k + 1) * UINT64_C(0xd1b54a32d192ed03);
+    bool was = t->flags & CHIME_TF_JITTER;
+    /* The pending run's draw so far (its deadline less it is its grid
+     * time); a task jittered for the first time has none. */
+    int64_t old = was ? chime__jitter_offset(t) : 0;
+    rc = chime__jitter_set(t, max_ns, ppm, seed);
+    if (rc == 0) {
+        /* Turned off, the flag stays and the draws are 0: the pending
+         * run's offset is still taken off its successor's grid time. */
+        t->flags |= CHIME_TF_JITTER;
+        if (!was)
+            chime__jitter_rearmed(t); /* offset 0 */
+        if (flags & CHIME_JITTER_NOW) {
+            /* A new draw for the pending run, from its grid time. */
+            int64_t by = chime__jitter_draw(t) - old;
+            if (l) {
+                rc = chime__timers_delay_locked(l, t, by);
+                CHIME_ASSERT(rc == 0);
+            } else {
+                int64_t d = chime__heap_deadline(&p->heap, t);
+                chime__heap_update(&p->heap, t, chime__sat_add(d, by));
+                if (t->heap_index == 0)
+                    chime__new_head_locked(p);
+            }
+        }
+    }
+    pthread_mutex_unlock(mu);
+    return rc;
 }
 
 /* The checks both touches share; returns 0 or what touch returns. */

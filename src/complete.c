@@ -220,7 +220,7 @@ chime__free_garbage(struct chime_task *list)
         if (atomic_load_explicit(&t->refs, memory_order_relaxed) &
             CHIME_REF_POOLREF)
             unrefs++;
-        chime__node_freed(t);
+        chime__node_dispose(t);
         *chime__node_link(t) = NULL;
         if (last != NULL)
             *chime__node_link(last) = t;
@@ -255,7 +255,7 @@ chime__loop_node_put_locked(struct chime_loop *l, struct chime_task *t)
         *chime__node_link(t) = l->cache;
         l->cache = t;
         l->ncache++;
-        chime__node_freed(t);
+        chime__node_dispose(t);
     } else {
         chime__slab_free(&p->slab, t);
     }

@@ -19,6 +19,7 @@
  *   once (-ESHUTDOWN), so a timer scheduled by a callback racing with the
  *   connection's close cannot escape it.
  */
+#include "annot.h"
 #include "pool.h"
 
 #include <errno.h>
@@ -54,9 +55,10 @@ prune_locked(chime_group *g)
 {
     size_t k = 0;
     for (size_t i = 0; i < g->n; i++) {
-        if (chime_task_is_done(g->v[i]))
+        if (chime_task_is_done(g->v[i])) {
+            chime__annot_clear_group(g->v[i], g); /* dumps: not g's now */
             chime_task_release(g->v[i]);
-        else
+        } else
             g->v[k++] = g->v[i];
     }
     g->n = k;
@@ -85,6 +87,11 @@ chime_group_add(chime_group *g, chime_task *t)
             g->v = v;
             g->cap = cap;
         }
+    }
+    /* Dumps show the group a task was last added to. */
+    if (chime__annot_set_group(t, g) != 0) {
+        pthread_mutex_unlock(&g->mu);
+        return -ENOMEM;
     }
     g->v[g->n++] = chime_task_retain(t);
     pthread_mutex_unlock(&g->mu);
@@ -206,8 +213,10 @@ chime_group_free(chime_group *g)
 {
     if (g == NULL)
         return;
-    for (size_t i = 0; i < g->n; i++)
+    for (size_t i = 0; i < g->n; i++) {
+        chime__annot_clear_group(g->v[i], g);
         chime_task_release(g->v[i]);
+    }
     chime__free(g->v);
     pthread_mutex_destroy(&g->mu);
     chime__free(g);

@@ -123,6 +123,12 @@ typedef struct chime_theap_slot {
                         int (*drop)(struct chime_task * t, int64_t deadline,   \
                                     void *ctx),                                \
                         void *ctx, struct chime_task **removed);               \
+    /* Calls fn(t, deadline, ctx) for every queued task (detached slots   \
+     * skipped), in no particular order; changes nothing. */                \
+    void FN(each)(const HEAP *h,                                             \
+                  void (*fn)(struct chime_task * t, int64_t deadline,        \
+                             void *ctx),                                     \
+                  void *ctx);                                                \
     /* Checks the heap property and every index; returns 0 or -1. */          \
     int FN(check)(const HEAP *h);
 

@@ -848,6 +848,27 @@ FN(update)(HEAP *h, struct chime_task *t, int64_t deadline)
     FN(fix)(h, i);
 }
 
+void
+FN(each)(const HEAP *h,
+         void (*fn)(struct chime_task *, int64_t, void *), void *ctx)
+{
+    for (uint32_t i = 0; i < h->len; i++)
+        if (!DETACHED(h->slots[i]))
+            fn(h->slots[i].task, h->slots[i].deadline, ctx);
+#if MARKS
+    for (uint32_t b = 0; b < CHIME_NEAR_SLOTS; b++)
+        for (uint32_t i = 0; i < h->near[b].n; i++)
+            if (!DETACHED(h->near[b].v[i]))
+                fn(h->near[b].v[i].task, h->near[b].v[i].deadline, ctx);
+    for (uint32_t j = 0; j < h->run_count; j++) {
+        uint32_t r = (h->run_head + j) & RUN_MASK;
+        for (uint32_t i = h->run[r].pos; i < h->run[r].n; i++)
+            if (!DETACHED(h->run[r].v[i]))
+                fn(h->run[r].v[i].task, h->run[r].v[i].deadline, ctx);
+    }
+#endif
+}
+
 uint32_t
 FN(filter)(HEAP *h,
                    int (*drop)(struct chime_task *, int64_t, void *),

@@ -21,6 +21,8 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 void
 chime_pool_options_init(chime_pool_options *o)
@@ -103,6 +105,16 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
                                                    : CLOCK_MONOTONIC;
     p->log = opts->log;
     p->log_ctx = opts->log_ctx;
+    p->jitter_seed = opts->jitter_seed;
+    if (p->jitter_seed == 0) {
+        /* Different pools (and processes) spread differently. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        p->jitter_seed = (uint64_t)ts.tv_nsec * UINT64_C(0x9e3779b97f4a7c15) ^
+                         (uint64_t)ts.tv_sec ^ (uint64_t)getpid() << 32 ^
+                         (uint64_t)(uintptr_t)p;
+        p->jitter_seed |= 1;
+    }
     p->wall_clock = opts->wall_clock;
     p->wall_clock_ctx = opts->wall_clock_ctx;
     chime__slab_init(&p->slab);

@@ -183,6 +183,9 @@ struct chime_pool {
     void *clock_ctx;
     chime_log_fn log;          /* immutable: options.log */
     void *log_ctx;
+    uint64_t jitter_seed;      /* immutable: chime_task_set_jitter's seed */
+    _Atomic uint64_t jitter_calls; /* set_jitter calls so far (each task's
+                                      generator is seeded from both) */
     clockid_t clock_id;        /* CLOCK_MONOTONIC or CLOCK_BOOTTIME */
     chime_clock_fn wall_clock; /* NULL: CLOCK_REALTIME */
     void *wall_clock_ctx;
@@ -282,18 +285,19 @@ chime__set_rearm_target(struct chime_task *t, int64_t d)
  * time of its grid, or, when that has passed already (runs were missed),
  * what its CHIME_TF_MISSED policy says (chime.h, chime_missed_tick). */
 static inline int64_t
-chime__fixed_rate_next(const struct chime_task *t, int64_t end)
+chime__fixed_rate_next_from(const struct chime_task *t, int64_t grid,
+                            int64_t end)
 {
-    int64_t next = chime__sat_add(t->run_deadline, t->period);
+    int64_t next = chime__sat_add(grid, t->period);
     if (next > end)
         return next;
     switch ((t->flags & CHIME_TF_MISSED) >> 5) {
     case 1: { /* SKIP: the first grid time after end */
-        int64_t k = (end - t->run_deadline) / t->period + 1;
+        int64_t k = (end - grid) / t->period + 1;
         int64_t step;
         if (__builtin_mul_overflow(k, t->period, &step))
             return INT64_MAX;
-        return chime__sat_add(t->run_deadline, step);
+        return chime__sat_add(grid, step);
     }
     case 2: /* DELAY: the grid starts again from end */
         return chime__sat_add(end, t->period);
@@ -302,21 +306,40 @@ chime__fixed_rate_next(const struct chime_task *t, int64_t end)
     }
 }
 
+static inline int64_t
+chime__fixed_rate_next(const struct chime_task *t, int64_t end)
+{
+    return chime__fixed_rate_next_from(t, t->run_deadline, end);
+}
+
 /* After a run that returned 0 and did not complete the task: when does it
  * run next? A re-arm's target, the fixed rate's next slot, or the fixed
  * delay from end (the time the run ended). Returns false for a one-shot
  * that is done. */
 static inline bool
-chime__next_run(const struct chime_task *t, int64_t end, int64_t *next)
+chime__next_run(struct chime_task *t, int64_t end, int64_t *next)
 {
-    if (t->flags & CHIME_TF_REARM)
+    if (t->flags & CHIME_TF_REARM) {
         *next = t->run_deadline; /* the re-arm target */
-    else if (chime__task_kind(t) == CHIME_KIND_FIXED_RATE)
-        *next = chime__fixed_rate_next(t, end);
-    else if (chime__task_kind(t) == CHIME_KIND_FIXED_DELAY)
+        if (t->flags & CHIME_TF_JITTER)
+            chime__jitter_rearmed(t); /* exact, and a new grid */
+    } else if (chime__task_kind(t) == CHIME_KIND_FIXED_RATE) {
+        if (t->flags & CHIME_TF_JITTER) {
+            /* On the grid: this run's grid time is its deadline less its
+             * draw; the next run is the next grid time plus a new one. */
+            int64_t grid = t->run_deadline - chime__jitter_offset(t);
+            *next = chime__fixed_rate_next_from(t, grid, end);
+            *next = chime__sat_add(*next, chime__jitter_draw(t));
+        } else {
+            *next = chime__fixed_rate_next(t, end);
+        }
+    } else if (chime__task_kind(t) == CHIME_KIND_FIXED_DELAY) {
         *next = chime__deadline_after(end, t->period);
-    else
+        if (t->flags & CHIME_TF_JITTER)
+            *next = chime__sat_add(*next, chime__jitter_draw(t));
+    } else {
         return false;
+    }
     return true;
 }
 
@@ -629,6 +652,10 @@ void chime__cancel_ready_locked(struct chime_pool *p, struct chime_loop *l,
 /* chime_task_rearm for a task still waiting in its queue (PENDING) only:
  * -EBUSY otherwise; and without the wall-clock hook (wall.c's own). */
 int chime__task_rearm_pending(struct chime_task *t, int64_t delay_ns);
+/* A periodic loop task waiting in its binding's timers runs `by` ns later
+ * (earlier if negative; l->mu held): 0, or -EALREADY when it is not waiting there. */
+int chime__timers_delay_locked(struct chime_loop *l, struct chime_task *t,
+                               int64_t by);
 /* chime_task_rearm without the wall-clock hook (wall.c's trampoline). */
 int chime__task_rearm_plain(struct chime_task *t, int64_t delay_ns);
 

@@ -166,7 +166,7 @@ chime__post_recycle_locked(struct chime_loop *l, struct chime_task *t)
         *chime__node_link(l->cfree_last) = t;
     l->cfree_last = t;
     l->ncfree++;
-    chime__node_freed(t);
+    chime__node_dispose(t);
 }
 
 size_t

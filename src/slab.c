@@ -44,6 +44,8 @@ new_chunk(struct chime_slab *s)
     for (unsigned i = SLAB_CHUNK_TASKS; i >= 1; i--) {
         *chime__node_link(&c[i]) = t;
         t = &c[i];
+        /* Defined for chime__node_dispose, which reads it at every free. */
+        atomic_init(&t->refs, 0);
         chime__node_freed(t);
     }
     /* Its first word links the chunk list. */
@@ -103,7 +105,7 @@ chime__slab_free(struct chime_slab *s, struct chime_task *t)
 {
     /* Poisoned before it is published: once pushed, another thread may
      * take it and unpoison it for reuse. */
-    chime__node_freed(t);
+    chime__node_dispose(t);
     CHIME_HB_BEFORE(&s->remote);
     struct chime_task *head =
         atomic_load_explicit(&s->remote, memory_order_relaxed);

@@ -4,6 +4,7 @@
 #ifndef CHIME_TASK_H
 #define CHIME_TASK_H
 
+#include "annot.h"
 #include "common.h"
 
 struct chime_pool;
@@ -29,6 +30,10 @@ enum {
                                   reaches the head */
     CHIME_TF_MISSED = 3u << 5, /* fixed rate: the chime_missed_tick
                                   policy (bits 5-6) */
+    CHIME_TF_JITTER = 1u << 7, /* periodic: its runs are spread
+                                  (chime_task_set_jitter; the spread and
+                                  the offset of its current run are in
+                                  its annotation record, annot.c) */
     CHIME_TF_AHEAD = 1u << 4,  /* in a binding's post list: `period` holds
                                   the address of the post made
                                   CHIME_POST_AHEAD posts later (a prefetch
@@ -59,7 +64,9 @@ enum {
  *              had, a handle)
  *   bit 29     interrupted (cancel with CHIME_CANCEL_INTERRUPT, shutdown_now)
  *   bits 27-28 the kind (immutable)
- *   bits 0-26  handle references
+ *   bit 26     the task has a record in the annotation table (annot.c):
+ *              whoever frees its node drops it (chime__node_dispose)
+ *   bits 0-25  handle references
  * The task is freed by whoever leaves it with neither the pool bit nor a
  * handle reference. */
 #define CHIME_REF_POOL (UINT32_C(1) << 31)
@@ -67,7 +74,8 @@ enum {
 #define CHIME_REF_INTERRUPTED (UINT32_C(1) << 29)
 #define CHIME_REF_KIND_SHIFT 27
 #define CHIME_REF_KIND (UINT32_C(3) << CHIME_REF_KIND_SHIFT)
-#define CHIME_REF_HANDLES ((UINT32_C(1) << CHIME_REF_KIND_SHIFT) - 1)
+#define CHIME_REF_ANNOT (UINT32_C(1) << 26)
+#define CHIME_REF_HANDLES (CHIME_REF_ANNOT - 1)
 
 /* 48 bytes. Fields that are needed in different phases of a task's life
  * share storage (see the unions); a queued task's deadline lives only in its
@@ -200,5 +208,20 @@ chime__node_link(struct chime_task *t)
 #define chime__node_freed(t) ((void)0)
 #define chime__node_reused(t) ((void)0)
 #endif
+
+/* A task's node becomes free: its annotation record (if any) goes, then
+ * the node is poisoned. Every free of a node that held a task goes
+ * through here (a fresh chunk's nodes through chime__node_freed). */
+static inline void
+chime__node_dispose(struct chime_task *t)
+{
+    if (atomic_load_explicit(&t->refs, memory_order_relaxed) &
+        CHIME_REF_ANNOT) {
+        chime__annot_drop(t);
+        atomic_fetch_and_explicit(&t->refs, ~CHIME_REF_ANNOT,
+                                  memory_order_relaxed);
+    }
+    chime__node_freed(t);
+}
 
 #endif

@@ -327,11 +327,16 @@ chime__loop_settle_locked(struct chime_loop *l, struct chime_task *t, int rc,
         return;
     }
     if (rc != 0) {
-        if (chime__task_kind(t) != CHIME_KIND_ONESHOT)
+        if (chime__task_kind(t) != CHIME_KIND_ONESHOT &&
+            l->pool->log != NULL) {
+            struct chime_annot_view v;
+            chime__annot_read(t, &v);
             chime__log(l->pool, CHIME_LOG_WARNING,
-                       "pool %s: periodic loop task %p stopped: its callback "
-                       "returned %d",
-                       l->pool->name, (void *)t, rc);
+                       "pool %s: periodic loop task %p%s%s%s stopped: its "
+                       "callback returned %d",
+                       l->pool->name, (void *)t, v.label[0] ? " \"" : "",
+                       v.label, v.label[0] ? "\"" : "", rc);
+        }
         chime__loop_complete_locked(l, t, CHIME_TASK_FAILED, rc);
         chime__loop_drop_locked(l, t, garbage);
         return;
@@ -530,6 +535,21 @@ chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
         note_deadline_locked(l, d, now);
     }
     return rc;
+}
+
+int
+chime__timers_delay_locked(struct chime_loop *l, struct chime_task *t,
+                           int64_t by)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    if (chime__task_state(t) != CHIME_TASK_PENDING ||
+        !(t->flags & CHIME_TF_INHEAP) || (t->flags & CHIME_TF_LAZY))
+        return -EALREADY;
+    CHIME_ASSERT(chime__task_kind(t) != CHIME_KIND_ONESHOT);
+    int64_t d = chime__sat_add(slot_of(l, t)->deadline, by);
+    chime__theap_update(&l->timers, t, d);
+    note_deadline_locked(l, d, chime__pool_now(l->pool));
+    return 0;
 }
 
 void

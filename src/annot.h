@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/* Task annotations (annot.c): what a few tasks carry and the 48-byte task
+ * has no room for (its label, the group it was last added to, its jitter),
+ * kept in a side table keyed by the task's address. A task with a record
+ * has CHIME_REF_ANNOT in its reference word; whoever frees the node drops
+ * the record (chime__node_dispose, task.h). Not API. */
+#ifndef CHIME_ANNOT_H
+#define CHIME_ANNOT_H
+
+#include "common.h"
+
+struct chime_task;
+
+/* A copy of what a task's record holds (chime__annot_read). */
+struct chime_annot_view {
+    const void *group;
+    char label[CHIME_LABEL_MAX + 1];
+};
+
+/* The task's label and group into *v (empty and NULL without a record).
+ * Any thread, any lock held (the table's locks are innermost). */
+void chime__annot_read(const struct chime_task *t, struct chime_annot_view *v);
+/* Records that t was added to group g (NULL: none). Returns 0 or -ENOMEM. */
+int chime__annot_set_group(struct chime_task *t, const void *g);
+/* Forgets group g on t if it is the one recorded. */
+void chime__annot_clear_group(struct chime_task *t, const void *g);
+/* Records in the table (tests: none may outlive its task). */
+size_t chime__annot_count(void);
+/* Drops t's record (the node is being freed). */
+void chime__annot_drop(const struct chime_task *t);
+
+/* Jitter (chime_task_set_jitter). Called with the lock the task changes
+ * under (its pool's, or its binding's) held, which guards the jitter
+ * fields of its record. */
+/* Sets the spread (max_ns, or ppm of the period when max_ns is 0; both 0:
+ * off), seeding the record's generator from seed. -ENOMEM. */
+int chime__jitter_set(struct chime_task *t, int64_t max_ns, uint32_t ppm,
+                      uint64_t seed);
+/* A random offset in [0, spread] for t's next run, remembered as the
+ * offset of that run (its grid time is its deadline minus it). */
+int64_t chime__jitter_draw(struct chime_task *t);
+/* The offset of t's current run (0: none, or t was re-armed). */
+int64_t chime__jitter_offset(const struct chime_task *t);
+/* t was re-armed: its next run is on no grid (offset 0). */
+void chime__jitter_rearmed(struct chime_task *t);
+
+#endif
