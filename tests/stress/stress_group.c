@@ -19,10 +19,10 @@
  * Checked (each failure counts as a violation; any violation fails):
  *   - no run starts after its task is known dead: once a cancel or close
  *     of its group, a cancel of the task or a refusing add (-ESHUTDOWN) has
- *     returned, a run may still start only if the task was claimed to run
- *     before (its state then shows CANCELLED, the cancel having found it
- *     running) and only once, and not if a run was already in progress
- *     when it died (that was the claimed one). Exact, see dead() and
+ *     returned, or its state was seen completed, a run may still start only if
+ * the task was claimed to run before (its state then shows CANCELLED, the
+ * cancel having found it running) and only once, and not if a run was already
+ * in progress when it died (that was the claimed one). Exact, see dead() and
  *     task_fn(); the same "at most one run" holds after shutdown_now;
  *   - re-arm and cancel of a dead task return -EALREADY; add to a group
  *     known closed returns -ESHUTDOWN, and a refused task has completed
@@ -32,7 +32,9 @@
  *   - chime_group_wait from a task of its group: -EDEADLK when the task is
  *     the group's first (periodic, so it stays first until it completes)
  *     and has not completed; from any task never 0 while the task is a
- *     live member (see the note on -ETIMEDOUT below);
+ *     live member. -ETIMEDOUT from a live member that is not the first
+ *     is counted, not failed: the wait meets an earlier live task of the
+ *     group before itself (repro_group_wait_edeadlk.c);
  *   - liveness: at the end every group's wait returns 0 within LIVENESS_NS
  *     and its count is 0, every callback returns, every task we made has
  *     completed; loop close, shutdown, termination and destroy succeed;
@@ -80,9 +82,11 @@ typedef struct tinfo {
      * (NOT_MEMBER before): every cancel or close of the group that took a
      * larger ticket has seen the task in its snapshot. */
     atomic_llong ticket;
-    atomic_bool first;   /* the group's first task (index 0 until done) */
-    atomic_bool refused; /* chime_group_add returned -ESHUTDOWN */
-    atomic_bool killed;  /* a chime_task_cancel of it returned */
+    atomic_bool first;     /* the group's first task (index 0 until done) */
+    atomic_bool refused;   /* chime_group_add returned -ESHUTDOWN */
+    atomic_bool killed;    /* a chime_task_cancel of it returned */
+    atomic_bool seen_done; /* chime_task_is_done() returned true */
+    int loop;              /* its binding, or -1: the pool */
     /* Runs that started once the task was dead, or were in progress when
      * it died: at most one (the run claimed before the cancel). */
     atomic_int post_runs;
@@ -214,7 +218,8 @@ atomic_max(atomic_llong *a, long long v)
 static bool
 dead(tinfo *t)
 {
-    if (atomic_load(&t->refused) || atomic_load(&t->killed))
+    if (atomic_load(&t->refused) || atomic_load(&t->killed) ||
+        atomic_load(&t->seen_done))
         return true;
     long long k = atomic_load(&t->ticket);
     return k != NOT_MEMBER && atomic_load(&t->g->cancel_done) > k;
@@ -325,11 +330,16 @@ task_fn(chime_task *self, void *arg, void **result)
             /* The first task is index 0 of every snapshot until it has
              * completed: nothing before it to wait for. */
             if (atomic_load(&t->first) && member && rc != -EDEADLK && !done)
-                violation("task %d (group %d, its first): chime_group_wait "
-                          "from it returned %d, not -EDEADLK",
-                          tid(t), gid(g), rc);
-        } else if (r < 6) {
-            /* A timer made by a callback, racing with the close. */
+                violation("task %d (kind %d, loop %d, group %d, its first, "
+                          "state %d): chime_group_wait from it returned %d, "
+                          "not -EDEADLK; the group counts %ld",
+                          tid(t), t->kind, t->loop, gid(g),
+                          (int)chime_task_get_state(self), rc,
+                          chime_group_count(g->cg));
+        } else if (r < 6 && member) {
+            /* A timer made by a callback, racing with the close. Only by a
+             * member: a task running before its own add returned would put
+             * its timer ahead of it (and of the group's first task). */
             if (make_task(g, K_ONESHOT, trnd_cb, NULL))
                 atomic_fetch_add(&c_self_adds, 1);
         } else if (r == 6) {
@@ -381,6 +391,7 @@ make_task(grp *g, int kind, uint64_t (*r)(void *), void *rs)
     chime_task *h = NULL;
     int rc;
     chime_loop *l = li >= 0 ? g_loops[li].loop : NULL;
+    t->loop = li;
     switch (kind) {
     case K_RATE:
         rc = l ? chime_loop_schedule_at_fixed_rate(l, task_fn, t, delay, period,
@@ -609,7 +620,13 @@ actor_main(void *arg)
                 violation("task %d: cancel after its death returned %d", tid(t),
                           rc);
             atomic_store(&t->killed, true);
-        } else if (op < 780) {
+        } else if (op < 790) {
+            /* A look at a task: once it shows completed it never runs
+             * again (a run claimed before excepted, as for a cancel). */
+            tinfo *t = pick_task(g, s);
+            if (t != NULL && chime_task_is_done(atomic_load(&t->h)))
+                atomic_store(&t->seen_done, true);
+        } else if (op < 800) {
             /* A new connection, when the window has room. */
             if (active < MAX_GROUPS &&
                 atomic_compare_exchange_strong(&g_active, &active, active + 1))
