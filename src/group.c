@@ -185,11 +185,14 @@ chime_group_wait(chime_group *g, int64_t timeout_ns)
             return rc;
         if (n == 0)
             return 0;
+        /* A task of the group waiting for itself: refused before waiting
+         * on any other task (one added before it could keep it waiting
+         * until the timeout, or for ever). */
+        chime_task *self = chime__current_task();
+        for (size_t i = 0; i < n && self != NULL; i++)
+            if (s[i] == self)
+                rc = -EDEADLK;
         for (size_t i = 0; i < n && rc == 0; i++) {
-            if (chime__current_task() == s[i]) {
-                rc = -EDEADLK; /* a task of the group waiting for itself */
-                break;
-            }
             int64_t left = end == INT64_MAX ? -1 : end - chime__monotonic_ns();
             if (left < 0 && end != INT64_MAX)
                 left = 0;

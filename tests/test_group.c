@@ -194,6 +194,34 @@ Test(group, a_task_of_the_group_closes_it_from_its_callback)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
+/* A task that is not the group's first waits on its group: refused at
+ * once, not after waiting on the live tasks added before it (found by
+ * stress_group: it timed out, or with no timeout blocked its worker). */
+Test(group, a_later_task_of_the_group_waiting_on_it_is_refused_at_once)
+{
+    t_clock c;
+    chime_pool *p = vpool(1, &c);
+    conn k;
+    cr_assert_eq(chime_group_new(&k.g), 0);
+    atomic_store(&k.wait_rc, 1);
+    atomic_store(&k.closed_by_timeout, -1);
+    chime_task *keep = NULL, *h = NULL;
+    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_noop_fn, NULL, T_FAR_NS,
+                                                   CHIME_SEC, &keep), 0);
+    cr_assert_eq(chime_group_add(k.g, keep), 0);
+    cr_assert_eq(chime_pool_schedule(p, idle_timeout, &k, CHIME_SEC, &h), 0);
+    cr_assert_eq(chime_group_add(k.g, h), 0);
+    t_clock_advance(&c, p, CHIME_SEC);
+    /* It waited (refused), then closed the group: both tasks. */
+    cr_assert(T_WAIT_UNTIL(atomic_load(&k.closed_by_timeout) >= 0, T_LONG_NS));
+    cr_assert_eq(atomic_load(&k.wait_rc), -EDEADLK);
+    cr_assert_eq(atomic_load(&k.closed_by_timeout), 2);
+    chime_task_release(keep);
+    chime_task_release(h);
+    chime_group_free(k.g);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
 /* A long-lived group with many short timers stays as large as its live
  * tasks (completed ones leave it): valgrind and ASan see the references. */
 Test(group, completed_tasks_leave_the_group)

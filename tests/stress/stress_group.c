@@ -29,12 +29,9 @@
  *     (cancelled, or it had run already; a probe task due in 30 s must be
  *     CANCELLED and never runs); after a close returned, count is 0 and
  *     wait(0) returns 0;
- *   - chime_group_wait from a task of its group: -EDEADLK when the task is
- *     the group's first (periodic, so it stays first until it completes)
- *     and has not completed; from any task never 0 while the task is a
- *     live member. -ETIMEDOUT from a live member that is not the first
- *     is counted, not failed: the wait meets an earlier live task of the
- *     group before itself (repro_group_wait_edeadlk.c);
+ *   - chime_group_wait from a task of its group: -EDEADLK while the task
+ *     is a live member (first in the group or not: the wait looks for the
+ *     caller before it waits on any other task), never 0 nor -ETIMEDOUT;
  *   - liveness: at the end every group's wait returns 0 within LIVENESS_NS
  *     and its count is 0, every callback returns, every task we made has
  *     completed; loop close, shutdown, termination and destroy succeed;
@@ -310,10 +307,14 @@ task_fn(chime_task *self, void *arg, void **result)
                 atomic_fetch_add(&c_inner_deadlk, 1);
             } else if (rc == -ETIMEDOUT) {
                 atomic_fetch_add(&c_inner_timedout, 1);
-                /* A live member that met a task before itself in the
-                 * group's array (see the note in main's summary). */
-                if (member && !done)
+                /* A live member must be refused before any wait. */
+                if (member && !done) {
                     atomic_fetch_add(&c_inner_gap, 1);
+                    violation("task %d (group %d): chime_group_wait from "
+                              "its own live task timed out instead of "
+                              "-EDEADLK",
+                              tid(t), gid(g));
+                }
             } else if (rc == 0) {
                 atomic_fetch_add(&c_inner_other, 1);
                 /* It was in the snapshot unless it had completed: the
