@@ -10,9 +10,11 @@
  *   groups are read after the lock is released (a side-table lock each,
  *   not under the pool's), and the user's function runs on copies with
  *   no chime lock held: it may call anything.
- * - The copy is allocated before the lock is taken, for the count read
- *   under a first short hold; if the queue grew past it meanwhile, the
- *   snapshot starts again with room for the new count.
+ * - The copy is allocated (and touched: no page fault under the lock)
+ *   before the lock is taken, for the count read under a first short
+ *   hold; if the queue grew past it meanwhile, the snapshot starts again
+ *   with room for the new count. 32 bytes per task: the task's immutable
+ *   fields are read from it after the lock is released.
  * - Order: by deadline, ties in the order the snapshot met them.
  */
 #ifndef _GNU_SOURCE
@@ -27,11 +29,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One pending task as the lock's holder saw it: 32 bytes, so that the copy
+ * under the lock is short; the rest is read from the (retained) task after
+ * the lock is released: its callback, argument, kind and period never
+ * change. */
 struct entry {
-    chime_task_info info;
     struct chime_task *task; /* retained until delivered */
-    size_t order;
-    char label[CHIME_LABEL_MAX + 1];
+    int64_t deadline;
+    uint32_t order;
+    bool due;
 };
 
 struct snap {
@@ -51,21 +57,14 @@ add(struct snap *s, struct chime_task *t, int64_t deadline, bool due)
         s->overflow = true;
         return;
     }
-    struct entry *e = &s->v[s->n];
-    e->order = s->n++;
-    e->task = chime_task_retain(t);
-    chime_task_info *i = &e->info;
-    i->id = t;
-    i->fn = chime_task_callback(t);
-    i->arg = chime_task_arg(t);
-    int kind = chime__task_kind(t);
-    i->kind = (chime_task_kind)kind;
-    i->period_ns = kind == CHIME_KIND_ONESHOT ? 0 : t->period;
-    if (kind == CHIME_KIND_ONESHOT && (t->flags & CHIME_TF_DEFER) &&
-        s->loop == NULL)
+    if (chime__task_kind(t) == CHIME_KIND_ONESHOT &&
+        (t->flags & CHIME_TF_DEFER) && s->loop == NULL)
         deadline = t->defer_deadline; /* re-armed later: its real one */
-    i->deadline_ns = deadline;
-    i->due = due;
+    struct entry *e = &s->v[s->n];
+    e->order = (uint32_t)s->n++;
+    e->task = chime_task_retain(t);
+    e->deadline = deadline;
+    e->due = due;
 }
 
 static void
@@ -81,33 +80,54 @@ static int
 by_deadline(const void *a, const void *b)
 {
     const struct entry *x = a, *y = b;
-    if (x->info.deadline_ns != y->info.deadline_ns)
-        return x->info.deadline_ns < y->info.deadline_ns ? -1 : 1;
+    if (x->deadline != y->deadline)
+        return x->deadline < y->deadline ? -1 : 1;
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
-/* Reads labels and groups, sorts the snapshot and hands it to fn (no
- * lock held); lets go of the tasks. */
+/* Memory for a snapshot of cap tasks, touched before the lock is taken
+ * (page faults on a fresh allocation would otherwise be taken under it). */
+static int
+snap_alloc(struct snap *s, size_t cap)
+{
+    s->cap = cap;
+    s->v = chime__malloc(cap * sizeof *s->v);
+    if (s->v == NULL)
+        return -ENOMEM;
+    memset(s->v, 0, cap * sizeof *s->v);
+    return 0;
+}
+
+/* Sorts the snapshot and hands it to fn, each task's label and group read
+ * as it goes (no lock held); lets go of the tasks. */
 static int
 deliver(struct snap *s, chime_dump_fn fn, void *ctx)
 {
-    for (size_t i = 0; i < s->n; i++) {
-        struct chime_annot_view v;
-        chime__annot_read(s->v[i].task, &v);
-        s->v[i].info.group = v.group;
-        memcpy(s->v[i].label, v.label, sizeof v.label);
-    }
     if (s->n > 1)
         qsort(s->v, s->n, sizeof *s->v, by_deadline);
     int n = 0;
     bool stop = false;
-    for (size_t i = 0; i < s->n; i++) {
+    for (size_t k = 0; k < s->n; k++) {
+        struct chime_task *t = s->v[k].task;
         if (!stop) {
-            s->v[i].info.label = s->v[i].label;
+            struct chime_annot_view v;
+            chime__annot_read(t, &v);
+            int kind = chime__task_kind(t);
+            chime_task_info i = {
+                .id = t,
+                .fn = chime_task_callback(t),
+                .arg = chime_task_arg(t),
+                .deadline_ns = s->v[k].deadline,
+                .period_ns = kind == CHIME_KIND_ONESHOT ? 0 : t->period,
+                .kind = (chime_task_kind)kind,
+                .due = s->v[k].due,
+                .group = v.group,
+                .label = v.label,
+            };
             n++;
-            stop = fn(&s->v[i].info, ctx) != 0;
+            stop = fn(&i, ctx) != 0;
         }
-        chime_task_release(s->v[i].task);
+        chime_task_release(t);
     }
     chime__free(s->v);
     return n;
@@ -141,9 +161,8 @@ chime_pool_dump(chime_pool *p, chime_dump_fn fn, void *ctx)
     size_t want = pool_count_locked(p);
     pthread_mutex_unlock(&p->mu);
     for (;;) {
-        struct snap s = {.cap = want + want / 8 + 16};
-        s.v = chime__malloc(s.cap * sizeof *s.v);
-        if (s.v == NULL)
+        struct snap s = {0};
+        if (snap_alloc(&s, want + want / 8 + 16) != 0)
             return -ENOMEM;
         chime__pool_lock(p);
         chime__heap_each(&p->heap, add_queued, &s);
@@ -189,9 +208,8 @@ chime_loop_dump(chime_loop *l, chime_dump_fn fn, void *ctx)
     size_t want = loop_count_locked(l);
     pthread_mutex_unlock(&l->mu);
     for (;;) {
-        struct snap s = {.cap = want + want / 8 + 16, .loop = l};
-        s.v = chime__malloc(s.cap * sizeof *s.v);
-        if (s.v == NULL)
+        struct snap s = {.loop = l};
+        if (snap_alloc(&s, want + want / 8 + 16) != 0)
             return -ENOMEM;
         CHIME_LOCK_LOOP(&l->mu);
         chime__theap_each(&l->timers, add_queued, &s);

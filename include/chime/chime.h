@@ -1750,13 +1750,14 @@ typedef int (*chime_dump_fn)(const chime_task_info *info, void *ctx);
  * due and not started; not the running ones, nor its bindings' loop tasks:
  * chime_loop_dump() has those), handed to fn one by one in deadline order.
  *
- * Cost: the pool's lock is held once while the pending set is copied and
- * each task retained: about 15 ns per pending task (1.5 ms for 100,000,
- * bench/ops_dump), during which other threads' calls that take the lock
- * wait (lock-free submissions and cancels queue up and are included).
- * The copy (about 160 bytes per task) is allocated before the lock is
- * taken; labels are read, the copy sorted and fn called after it is
- * released (about 200 ns per task in all with every task labelled).
+ * Cost: the pool's lock is held once while the pending set is copied (32
+ * bytes per task, into memory allocated and touched before the lock is
+ * taken) and each task retained: about 6-10 ns per pending task, 1 ms for
+ * 100,000 and 6 ms for 1,000,000 (bench/ops_dump on a 2-core VM), during
+ * which other threads' calls that take the lock wait (lock-free
+ * submissions and cancels queue up and are included). The copy is sorted,
+ * labels read and fn called after the lock is released: about 100-230 ns
+ * per task in all.
  * @param pool The pool.
  * @param fn Called for each task.
  * @param ctx Passed to fn.
