@@ -23,6 +23,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "stress_args.h"
 #include <chime/dq.h>
 
 #include <errno.h>
@@ -261,30 +262,10 @@ run_round(uint64_t seed, unsigned round)
 int
 main(int argc, char **argv)
 {
-    long seconds = 5;
-    uint64_t seed = (uint64_t)chime_now_ns();
-    const char *env = getenv("CHIME_STRESS_SECONDS");
-    if (env && atol(env) > 0)
-        seconds = atol(env);
-    if ((env = getenv("CHIME_SEED")))
-        seed = strtoull(env, NULL, 10);
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--seconds") == 0)
-            seconds = atol(argv[i + 1]);
-        else if (strcmp(argv[i], "--default-seconds") == 0) {
-            if (!getenv("CHIME_STRESS_SECONDS"))
-                seconds = atol(argv[i + 1]);
-        } else if (strcmp(argv[i], "--seed") == 0)
-            seed = strtoull(argv[i + 1], NULL, 10);
-        else {
-            fprintf(stderr, "usage: chime_stress_dq [--seconds N] "
-                            "[--seed S]\n");
-            return 2;
-        }
-    }
-    printf("stress_dq: seed %" PRIu64 " (CHIME_SEED to replay), %ld s\n", seed,
-           seconds);
-    fflush(stdout);
+    long seconds;
+    uint64_t seed;
+    if (stress_args(argc, argv, "stress_dq", &seconds, &seed) != 0)
+        return 2;
     int64_t end = chime_now_ns() + seconds * CHIME_SEC;
     unsigned rounds = 0;
     long long takes = 0;

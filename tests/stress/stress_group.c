@@ -42,6 +42,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "stress_args.h"
 #include <chime/chime.h>
 
 #include <errno.h>
@@ -807,31 +808,11 @@ run_round(unsigned round)
 int
 main(int argc, char **argv)
 {
-    long seconds = 5;
-    uint64_t seed = (uint64_t)chime_now_ns();
-    const char *env = getenv("CHIME_STRESS_SECONDS");
-    if (env && atol(env) > 0)
-        seconds = atol(env);
-    if ((env = getenv("CHIME_SEED")))
-        seed = strtoull(env, NULL, 10);
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--seconds") == 0)
-            seconds = atol(argv[i + 1]);
-        else if (strcmp(argv[i], "--default-seconds") == 0) {
-            if (!getenv("CHIME_STRESS_SECONDS"))
-                seconds = atol(argv[i + 1]);
-        } else if (strcmp(argv[i], "--seed") == 0)
-            seed = strtoull(argv[i + 1], NULL, 10);
-        else {
-            fprintf(stderr, "usage: chime_stress_group [--seconds N] "
-                            "[--seed S]\n");
-            return 2;
-        }
-    }
+    long seconds;
+    uint64_t seed;
+    if (stress_args(argc, argv, "stress_group", &seconds, &seed) != 0)
+        return 2;
     g_seed = seed;
-    printf("stress_group: seed %" PRIu64 " (CHIME_SEED to replay), %ld s\n",
-           seed, seconds);
-    fflush(stdout);
     g_tasks = calloc(MAX_TASKS, sizeof(*g_tasks));
     if (g_tasks == NULL)
         return 1;
