@@ -47,14 +47,46 @@ struct snap {
     struct chime_loop *loop; /* a binding's snapshot */
 };
 
+/* chime_task_retain, but only for a task that has a handle already. A
+ * running dispatch claims its batch's slots without the binding's lock
+ * and finishes a task nobody holds a handle to without touching its
+ * reference word (loop.c, start_claimed and settle_unlocked): a handle
+ * made from nothing there could outlive the task's node. One with a
+ * handle keeps it while the dump holds it. */
+static bool
+retain_held(struct chime_task *t)
+{
+    uint32_t old = atomic_load_explicit(&t->refs, memory_order_relaxed);
+    do
+        if ((old & CHIME_REF_HANDLES) == 0)
+            return false;
+    while (!atomic_compare_exchange_weak_explicit(
+        &t->refs, &old, old + 1, memory_order_relaxed, memory_order_relaxed));
+    return true;
+}
+
+/* Adds t, retained already (held: by retain_held) or not. */
+static void
+add_held(struct snap *s, struct chime_task *t, int64_t deadline, bool due,
+         bool held);
+
 static void
 add(struct snap *s, struct chime_task *t, int64_t deadline, bool due)
 {
-    if (chime__state_is_final(chime__task_state(t)) ||
-        (t->flags & CHIME_TF_LAZY))
+    add_held(s, t, deadline, due, false);
+}
+
+static void
+add_held(struct snap *s, struct chime_task *t, int64_t deadline, bool due,
+         bool held)
+{
+    if (!held && (chime__state_is_final(chime__task_state(t)) ||
+                  (t->flags & CHIME_TF_LAZY)))
         return; /* cancelled, still in a queue */
     if (s->n == s->cap) {
         s->overflow = true;
+        if (held)
+            chime_task_release(t); /* no lock held here (below) */
         return;
     }
     if (chime__task_kind(t) == CHIME_KIND_ONESHOT &&
@@ -62,7 +94,7 @@ add(struct snap *s, struct chime_task *t, int64_t deadline, bool due)
         deadline = t->defer_deadline; /* re-armed later: its real one */
     struct entry *e = &s->v[s->n];
     e->order = (uint32_t)s->n++;
-    e->task = chime_task_retain(t);
+    e->task = held ? t : chime_task_retain(t);
     e->deadline = deadline;
     e->due = due;
 }
@@ -222,15 +254,31 @@ chime_loop_dump(chime_loop *l, chime_dump_fn fn, void *ctx)
             }
         /* The running dispatch's batch: slots not claimed yet are tasks
          * that have not started (claims by the dispatcher race with this
-         * read: one may start meanwhile, as the API says). */
+         * read: one may start meanwhile, as the API says). Only those
+         * with a handle are listed (retain_held). */
+        struct chime_task *bt[CHIME_LOOP_BATCH];
+        int64_t bd[CHIME_LOOP_BATCH];
+        bool bq[CHIME_LOOP_BATCH];
+        uint32_t nb = 0;
         for (uint32_t i = 0; i < l->batch_n; i++) {
             struct chime_task *t =
                 atomic_load_explicit(&l->batch[i], memory_order_acquire);
-            if (t != NULL && chime__task_state(t) == CHIME_TASK_BATCHED)
-                add(&s, t, t->run_deadline, true);
+            if (t != NULL && retain_held(t)) {
+                bt[nb] = t;
+                bq[nb] = chime__task_state(t) == CHIME_TASK_BATCHED;
+                bd[nb++] = t->run_deadline;
+            }
         }
         want = loop_count_locked(l);
         pthread_mutex_unlock(&l->mu);
+        /* Added (or let go of: maybe the last reference, which frees the
+         * task under the binding's lock) once that lock is released. */
+        for (uint32_t i = 0; i < nb; i++) {
+            if (bq[i])
+                add_held(&s, bt[i], bd[i], true, true);
+            else
+                chime_task_release(bt[i]);
+        }
         if (!s.overflow)
             return deliver(&s, fn, ctx);
         discard(&s);
