@@ -357,3 +357,52 @@ Test(dump, a_large_queue_is_dumped_whole)
     cr_assert_eq(chime_pool_dump(p, collect, &(seen){.stop_after = 1}), 1);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
+
+typedef struct self_dump {
+    chime_loop *l;
+    int n;
+    int due;
+} self_dump;
+
+static int
+count_due(const chime_task_info *i, void *ctx)
+{
+    if (i->due)
+        ((self_dump *)ctx)->due++;
+    return 0;
+}
+
+static int
+loop_dumps_itself(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    self_dump *d = arg;
+    d->n = chime_loop_dump(d->l, count_due, d);
+    return 0;
+}
+
+/* From the loop's own callback, the rest of the running dispatch's batch:
+ * listed if a handle holds them (the two posts with one), not the
+ * handle-less post, never the running task itself. */
+Test(dump, a_loop_callback_dumps_the_rest_of_its_batch)
+{
+    t_clock c;
+    chime_pool *p = vpool(1, &c);
+    chime_loop *l = loop_here(p, 0);
+    self_dump d = {.l = l, .n = -1};
+    chime_task *first = NULL, *a = NULL, *b = NULL;
+    atomic_int n = 0;
+    cr_assert_eq(chime_loop_post(l, loop_dumps_itself, &d, &first), 0);
+    cr_assert_eq(chime_loop_post(l, t_count_fn, &n, &a), 0);
+    cr_assert_eq(chime_loop_post(l, t_count_fn, &n, NULL), 0);
+    cr_assert_eq(chime_loop_post(l, t_count_fn, &n, &b), 0);
+    cr_assert(DISPATCH_UNTIL(l, atomic_load(&n) == 3, T_LONG_NS));
+    cr_assert_eq(d.n, 2, "listed %d", d.n);
+    cr_assert_eq(d.due, 2);
+    chime_task_release(first);
+    chime_task_release(a);
+    chime_task_release(b);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
