@@ -1778,8 +1778,10 @@ CHIME_EXPORT int chime_pool_dump_file(chime_pool *pool, FILE *f);
 /**
  * @brief As chime_pool_dump(), for a binding's tasks: its timers, and the
  * due tasks and posts waiting for its loop (posts made since its last
- * dispatch may be missing: they are collected by the dispatch). Holds the
- * binding's lock as chime_pool_dump() holds the pool's.
+ * dispatch may be missing: they are collected by the dispatch; of the
+ * tasks a running dispatch has taken and not started, only those a
+ * handle holds are listed). Holds the binding's lock as chime_pool_dump()
+ * holds the pool's.
  * @return As chime_pool_dump(); -EINVAL (loop or fn NULL); -ECHILD.
  * @par Thread-safety:
  * Any thread, including the loop's own callbacks.
