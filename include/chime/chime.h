@@ -1773,6 +1773,9 @@ CHIME_EXPORT int chime_pool_dump(chime_pool *pool, chime_dump_fn fn,
  * relative to now, period, kind, due, group, label, id, callback.
  * @return As chime_pool_dump(); -EINVAL for f NULL; -EIO if a write
  * failed.
+ * @par Thread-safety:
+ * As chime_pool_dump(); the writes to f happen on the calling thread,
+ * with no chime lock held.
  */
 CHIME_EXPORT int chime_pool_dump_file(chime_pool *pool, FILE *f);
 /**
@@ -1788,7 +1791,9 @@ CHIME_EXPORT int chime_pool_dump_file(chime_pool *pool, FILE *f);
  */
 CHIME_EXPORT int chime_loop_dump(chime_loop *loop, chime_dump_fn fn,
                                  void *ctx);
-/** @brief As chime_pool_dump_file(), for a binding. */
+/** @brief As chime_pool_dump_file(), for a binding.
+ * @par Thread-safety:
+ * As chime_loop_dump(). */
 CHIME_EXPORT int chime_loop_dump_file(chime_loop *loop, FILE *f);
 /** @} */
 
