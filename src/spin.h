@@ -12,14 +12,26 @@
 #include <sched.h>
 
 static inline void
+chime__cpu_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline void
 chime__spin_lock(_Atomic int *lock)
 {
     for (unsigned spins = 0;; spins++) {
         if (!atomic_load_explicit(lock, memory_order_relaxed) &&
             !atomic_exchange_explicit(lock, 1, memory_order_acquire))
             break;
-        if (spins >= 64)
+        if (spins >= 1024)
             sched_yield();
+        else
+            chime__cpu_pause();
     }
     CHIME_HB_AFTER(lock);
 }
