@@ -19,6 +19,9 @@
 #include "slab.h"
 #include "task.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #define SLAB_CHUNK_TASKS 1024u
 
 void
@@ -31,6 +34,27 @@ chime__slab_init(struct chime_slab *s)
     atomic_init(&s->remote, NULL);
 }
 
+/* The chunk's pages are about to be written node by node: one call maps
+ * them all instead of a page fault per page (a dozen per chunk; a pool
+ * that grows by a million tasks took 12,000 faults). Best effort: a
+ * kernel without MADV_POPULATE_WRITE (before 5.14) faults them as before. */
+static void
+prefault(void *c, size_t size)
+{
+#ifdef MADV_POPULATE_WRITE
+    static long page;
+    if (page == 0)
+        page = sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)c + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t hi = ((uintptr_t)c + size) & ~((uintptr_t)page - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+#else
+    (void)c;
+    (void)size;
+#endif
+}
+
 /* A new chunk's nodes as a free list, or NULL if no memory. The chunk
  * joins the chunk list by CAS: any thread, no lock. */
 static struct chime_task *
@@ -40,6 +64,7 @@ new_chunk(struct chime_slab *s)
     struct chime_task *c = chime__malloc(size);
     if (c == NULL)
         return NULL;
+    prefault(c, size);
     struct chime_task *t = NULL;
     for (unsigned i = SLAB_CHUNK_TASKS; i >= 1; i--) {
         *chime__node_link(&c[i]) = t;
