@@ -33,6 +33,7 @@
 #define _GNU_SOURCE
 #endif
 #include "post.h"
+#include "spin.h"
 
 #include <errno.h>
 #include <string.h>
@@ -288,16 +289,6 @@ any_ready(struct chime_loop *l)
  * wake-up): about a microsecond. */
 #define IDLE_SPINS 64
 
-static inline void
-cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 int
 chime_loop_dispatch(chime_loop *l)
 {
@@ -461,7 +452,7 @@ chime_loop_dispatch(chime_loop *l)
             spun = true;
             pthread_mutex_unlock(&l->mu);
             for (unsigned i = 0; i < IDLE_SPINS && !chime__post_any(l); i++)
-                cpu_relax();
+                chime__cpu_pause();
             CHIME_LOCK_LOOP(&l->mu);
             /* Look at everything again: the lock was released (a timer
              * may have fallen due, and its signal skipped a dispatching

@@ -45,8 +45,9 @@ prefault(void *c, size_t size)
     static long page;
     if (page == 0)
         page = sysconf(_SC_PAGESIZE);
-    uintptr_t lo = ((uintptr_t)c + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
-    uintptr_t hi = ((uintptr_t)c + size) & ~((uintptr_t)page - 1);
+    uintptr_t mask = ~((uintptr_t)page - 1);
+    uintptr_t lo = ((uintptr_t)c + (uintptr_t)page - 1) & mask;
+    uintptr_t hi = ((uintptr_t)c + size) & mask;
     if (hi > lo)
         (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
 #else

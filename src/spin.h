@@ -2,7 +2,7 @@
 /* A spinlock for critical sections of a dozen stores that producers share
  * (a binding's post list, the pool's submission inbox). Not API.
  * A waiter spins on a plain load (no write while the lock is held), with a
- * pause between looks, and yields after 1024 of them (some microseconds),
+ * pause between looks, and yields after 1024 of them (some 15 us here),
  * since on a loaded machine the holder may have been preempted. Fewer looks
  * (64, without the pause: 100-200 ns) were less than one cross-core miss
  * inside the holder's section: W1 yielded ~4,000 times per run. */
@@ -13,6 +13,7 @@
 
 #include <sched.h>
 
+/* A spin-wait hint to the CPU (also loop.c's idle watch). */
 static inline void
 chime__cpu_pause(void)
 {
