@@ -42,9 +42,10 @@ static void
 prefault(void *c, size_t size)
 {
 #ifdef MADV_POPULATE_WRITE
-    static long page;
-    if (page == 0)
-        page = sysconf(_SC_PAGESIZE);
+    /* Read from the auxiliary vector, no system call: once per chunk of
+     * 1024 tasks. (A cached copy would be a static that threads adding
+     * chunks at once, without a lock, race on.) */
+    long page = sysconf(_SC_PAGESIZE);
     uintptr_t mask = ~((uintptr_t)page - 1);
     uintptr_t lo = ((uintptr_t)c + (uintptr_t)page - 1) & mask;
     uintptr_t hi = ((uintptr_t)c + size) & mask;
