@@ -85,8 +85,7 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
          * only): cancel is O(1) amortized, not a sift through the heap. */
         chime__heap_detach(&p->heap, t);
         chime__drop_locked(t, garbage);
-        uint32_t lazy = p->heap.lazy + p->heap.near_lazy;
-        if (lazy >= 64 && lazy * 2 > p->heap.len + p->heap.near_n)
+        if (chime__heap_wants_compaction(&p->heap))
             chime__compact_locked(p, garbage);
     }
     /* Otherwise retained (remove_on_cancel off, Java's behaviour):

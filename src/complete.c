@@ -186,8 +186,7 @@ chime__cancelled_locked(struct chime_pool *p, struct chime_task *t,
         *garbage = t;
     }
     if (detached) {
-        uint32_t lazy = p->heap.lazy + p->heap.near_lazy;
-        if (lazy >= 64 && lazy * 2 > p->heap.len + p->heap.near_n)
+        if (chime__heap_wants_compaction(&p->heap))
             chime__compact_locked(p, garbage);
     }
 }

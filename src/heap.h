@@ -66,6 +66,16 @@ typedef struct chime_theap_slot {
 #define CHIME_NEAR_RUNS 256u  /* sorted runs waiting to be consumed */
 #define CHIME_NEAR_FLAG UINT32_C(0x80000000)
 #define CHIME_NEAR_RUN UINT32_C(0x40000000)
+/* The far run (pool heap only, with the near window): a sorted array that
+ * takes a push whose deadline is past the window and not earlier than the
+ * run's last entry (a server's timeouts of one length arrive in deadline
+ * order): appended in O(1), without the parent's cache miss of an array
+ * push; a cancel writes a tombstone; consumed from its front when it holds
+ * the head; a filter compacts it in order (no heap to rebuild). Its
+ * entries keep array room reserved (as bucket entries do), so moving one
+ * out (a re-key) never fails. Entry: CHIME_NEAR_FLAG | CHIME_FAR_BIT |
+ * position. A push the far run cannot take goes to the array as before. */
+#define CHIME_FAR_BIT UINT32_C(0x20000000)
 
 #define CHIME_HEAP_DECLARE(HEAP, SLOT, FN)                                     \
     typedef struct HEAP {                                                      \
@@ -90,6 +100,13 @@ typedef struct chime_theap_slot {
         uint32_t run_lazy; /* tombstones among them */                         \
         SLOT *scratch;     /* the bucket sort's buffer */                      \
         uint32_t scratch_cap;                                                  \
+        struct {                                                               \
+            SLOT *v;                                                           \
+            uint32_t pos, n, cap; /* entries [pos, n), tombstones incl. */     \
+        } far;                                                                 \
+        uint32_t far_lazy;  /* tombstones in the far run */                    \
+        uint32_t far_seq;   /* the key of its last entry: deadline, seq */     \
+        int64_t far_last;                                                      \
         struct {                                                               \
             SLOT *v;                                                           \
             uint32_t n, pos, cap;                                              \
@@ -158,7 +175,25 @@ static inline uint32_t
 chime__heap_live(const chime_heap *h)
 {
     return h->len - h->lazy + h->near_n - h->near_lazy + h->run_n -
-           h->run_lazy;
+           h->run_lazy + (h->far.n - h->far.pos) - h->far_lazy;
+}
+
+/* Array slots spoken for: the array's, the buckets' and the far run's
+ * entries (each of these has its array slot), reservations aside. */
+static inline uint32_t
+chime__heap_used(const chime_heap *h)
+{
+    return h->len + h->near_n + (h->far.n - h->far.pos);
+}
+
+/* After a cancel detached a slot: are detached slots and tombstones most
+ * of the array, the buckets and the far run (then chime__heap_filter
+ * reclaims them at once)? */
+static inline bool
+chime__heap_wants_compaction(const chime_heap *h)
+{
+    uint32_t lazy = h->lazy + h->near_lazy + h->far_lazy;
+    return lazy >= 64 && lazy * 2 > chime__heap_used(h);
 }
 CHIME_HEAP_DECLARE(chime_theap, chime_theap_slot, CHIME_THEAP_FN_)
 

@@ -130,6 +130,10 @@ FN(init)(HEAP *h)
     memset(h->run, 0, sizeof(h->run));
     h->scratch = NULL;
     h->scratch_cap = 0;
+    memset(&h->far, 0, sizeof(h->far));
+    h->far_lazy = 0;
+    h->far_seq = 0;
+    h->far_last = INT64_MIN;
 }
 
 void
@@ -141,7 +145,16 @@ FN(free)(HEAP *h)
     for (uint32_t r = 0; r < CHIME_NEAR_RUNS; r++)
         chime__free(h->run[r].v);
     chime__free(h->scratch);
+    chime__free(h->far.v);
     FN(init)(h);
+}
+
+/* Array slots spoken for (chime__heap_used): the far run's entries have
+ * theirs too. */
+static inline uint32_t
+FN(in_use)(const HEAP *h)
+{
+    return h->len + h->near_n + (h->far.n - h->far.pos);
 }
 
 /* Room for want slots in the array, beside the reserved ones. */
@@ -188,13 +201,13 @@ FN(grow)(HEAP *h, uint32_t want)
 int
 FN(reserve)(HEAP *h)
 {
-    return FN(reserve_n)(h, h->len + h->near_n + 1);
+    return FN(reserve_n)(h, FN(in_use)(h) + 1);
 }
 
 int
 FN(reserve_more)(HEAP *h, uint32_t n)
 {
-    int rc = FN(reserve_n)(h, h->len + h->near_n + n);
+    int rc = FN(reserve_n)(h, FN(in_use)(h) + n);
     if (rc == 0)
         h->reserved += n;
     return rc;
@@ -217,14 +230,124 @@ FN(unreserve)(HEAP *h, uint32_t n)
 #define NEAR_MAX 0x3fffffu
 #define RUN_MASK (CHIME_NEAR_RUNS - 1u)
 #define TOMB ((struct chime_task *)(uintptr_t)1)
+#define FAR_INDEX(i) (CHIME_NEAR_FLAG | CHIME_FAR_BIT | (uint32_t)(i))
+#define FAR_I(x) ((x) & (CHIME_FAR_BIT - 1u))
+#define FAR_MAX (CHIME_FAR_BIT - 1u)
+#define FAR_KIND (CHIME_NEAR_FLAG | CHIME_NEAR_RUN | CHIME_FAR_BIT)
 
-/* In a bucket (not the array, not a run). */
+/* In a bucket (not the array, not a run, not the far run). */
 static inline bool
 FN(in_near)(const struct chime_task *t)
 {
-    return (t->heap_index & (CHIME_NEAR_FLAG | CHIME_NEAR_RUN)) ==
-               CHIME_NEAR_FLAG &&
-           t->heap_index != CHIME_HEAP_NONE;
+    return (t->heap_index & FAR_KIND) == CHIME_NEAR_FLAG;
+}
+
+/* In the far run. */
+static inline bool
+FN(in_far)(const struct chime_task *t)
+{
+    return (t->heap_index & FAR_KIND) == (CHIME_NEAR_FLAG | CHIME_FAR_BIT);
+}
+
+/* The far run's first live entry (tombstones at its front dropped; an
+ * empty run starts again at 0), or NULL. */
+static SLOT *
+FN(far_front)(HEAP *h)
+{
+    while (h->far.pos < h->far.n && DETACHED(h->far.v[h->far.pos])) {
+        h->far.pos++;
+        h->far_lazy--;
+    }
+    if (h->far.pos < h->far.n)
+        return &h->far.v[h->far.pos];
+    h->far.pos = h->far.n = 0;
+    return NULL;
+}
+
+/* A far entry becomes a tombstone: the run lets go of its task (the run
+ * stays sorted: nothing moves). */
+static void
+FN(far_tomb)(HEAP *h, struct chime_task *t)
+{
+    uint32_t i = FAR_I(t->heap_index);
+    CHIME_ASSERT(i >= h->far.pos && i < h->far.n && h->far.v[i].task == t);
+    h->far.v[i].task = TOMB;
+    h->far_lazy++;
+}
+
+/* Takes the far run's front (its first entry, live) off the heap. */
+static void
+FN(far_take)(HEAP *h)
+{
+    struct chime_task *t = h->far.v[h->far.pos].task;
+    uint32_t ahead = h->far.pos + 16;
+    if (ahead < h->far.n)
+        __builtin_prefetch(
+            (void *)((uintptr_t)h->far.v[ahead].task & ~(uintptr_t)1), 1);
+    h->far.pos++;
+    t->heap_index = CHIME_HEAP_NONE;
+    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+}
+
+static SLOT *FN(front)(HEAP *h);
+
+/* Appends t to the far run if it belongs there (see heap.h): returns 0,
+ * or 1 (the array takes it). Never the heap's new head: with the run
+ * empty it goes there only behind an earlier head, so a caller's
+ * heap_index == 0 test for a new head stays right. */
+static int
+FN(far_push)(HEAP *h, struct chime_task *t, int64_t deadline)
+{
+    if (!h->near_on || (t->flags & CHIME_TF_DEFER) ||
+        (deadline >> CHIME_NEAR_SHIFT) - h->near_cur <
+            (int64_t)CHIME_NEAR_SLOTS)
+        return 1;
+    if (FN(far_front)(h) != NULL) {
+        if (deadline < h->far_last ||
+            (deadline == h->far_last &&
+             (int32_t)(t->seq - h->far_seq) <= 0))
+            return 1; /* earlier than its last entry */
+    } else {
+        SLOT *f = FN(front)(h);
+        SLOT key = {.deadline = deadline, .task = t};
+        if (f == NULL || !FN(slot_less)(f, &key))
+            return 1; /* it would be the head */
+    }
+    if (h->far.n == h->far.cap) {
+        if (h->far.pos != 0 && h->far.pos >= h->far.n / 2) {
+            /* Half consumed: the rest moves to the start (O(1) amortized
+             * per entry; each live task learns its new position). */
+            uint32_t k = 0;
+            for (uint32_t i = h->far.pos; i < h->far.n; i++, k++) {
+                SLOT e = h->far.v[i];
+                h->far.v[k] = e;
+                if (!DETACHED(e))
+                    e.task->heap_index = FAR_INDEX(k);
+            }
+            h->far.pos = 0;
+            h->far.n = k;
+        } else {
+            if (h->far.cap >= FAR_MAX / 2)
+                return 1;
+            uint32_t ncap = h->far.cap ? h->far.cap * 2 : 256;
+            SLOT *nv = chime__realloc(h->far.v, (size_t)ncap * sizeof(SLOT));
+            if (nv == NULL)
+                return 1;
+            h->far.v = nv;
+            h->far.cap = ncap;
+        }
+    }
+    /* Its array slot, as every bucket entry has one. */
+    if (FN(reserve_n)(h, FN(in_use)(h) + 1) != 0)
+        return 1;
+    uint32_t i = h->far.n++;
+    h->far.v[i].deadline = deadline;
+    h->far.v[i].task = t;
+    h->far_last = deadline;
+    h->far_seq = t->seq;
+    t->heap_index = FAR_INDEX(i);
+    t->flags |= CHIME_TF_INHEAP;
+    return 0;
 }
 
 static inline bool
@@ -490,7 +613,7 @@ FN(near_push)(HEAP *h, struct chime_task *t, int64_t deadline)
         return 1;
     /* Every bucket entry has its array slot reserved: opening a bucket
      * never fails. */
-    int rc = FN(reserve_n)(h, h->len + h->near_n + 1);
+    int rc = FN(reserve_n)(h, FN(in_use)(h) + 1);
     if (rc != 0)
         return rc;
     if (h->near[b].n == h->near[b].cap) {
@@ -571,6 +694,9 @@ FN(normalize)(HEAP *h)
             SLOT *rf = FN(run_front)(h);
             if (rf != NULL && rf->deadline < start)
                 break;
+            SLOT *ff = FN(far_front)(h);
+            if (ff != NULL && ff->deadline < start)
+                break;
         } else if (FN(open_as_run)(h, b)) {
             continue;
         }
@@ -628,10 +754,13 @@ FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
         }
         return 0;
     }
-    /* A bucket that could not grow (nrc < 0): the array takes the task,
-     * if it has room (a reserved slot always does). */
+    /* Past the window: the far run, in order. A bucket that could not
+     * grow (nrc < 0): the array takes the task, if it has room (a
+     * reserved slot always does). */
+    if (nrc > 0 && FN(far_push)(h, t, deadline) == 0)
+        return 0;
 #endif
-    int rc = FN(reserve_n)(h, h->len + h->near_n + 1);
+    int rc = FN(reserve_n)(h, FN(in_use)(h) + 1);
     if (rc != 0)
         return rc;
     uint32_t i = h->len++;
@@ -643,16 +772,21 @@ FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
     return 0;
 }
 
-/* The earliest entry: the array's head or the first run's front, or
- * NULL. Never a detached slot: those leave first. */
+/* The earliest entry: the array's head, the first run's front or the far
+ * run's, or NULL. Never a detached slot: those leave first. */
 static SLOT *
 FN(front)(HEAP *h)
 {
 #if MARKS
     FN(normalize)(h);
+    SLOT *best = h->len ? &h->slots[0] : NULL;
     SLOT *rf = FN(run_front)(h);
-    if (rf != NULL && (h->len == 0 || FN(slot_less)(rf, &h->slots[0])))
-        return rf;
+    if (rf != NULL && (best == NULL || FN(slot_less)(rf, best)))
+        best = rf;
+    SLOT *ff = FN(far_front)(h);
+    if (ff != NULL && (best == NULL || FN(slot_less)(ff, best)))
+        best = ff;
+    return best;
 #else
     FN(trim)(h);
 #endif
@@ -687,6 +821,10 @@ FN(run_due)(HEAP *h, int64_t now, int64_t *deadline)
         return NULL;
     if (h->len != 0 && !FN(slot_less)(f, &h->slots[0]))
         return NULL;
+    if (h->far.pos < h->far.n &&
+        (DETACHED(h->far.v[h->far.pos]) ||
+         FN(slot_less)(&h->far.v[h->far.pos], f)))
+        return NULL; /* the far run may come first: a full look */
     *deadline = f->deadline;
     return f->task;
 }
@@ -724,6 +862,12 @@ FN(deadline)(const HEAP *h, const struct chime_task *t)
         CHIME_ASSERT(i < h->run[r].n && h->run[r].v[i].task == t);
         return h->run[r].v[i].deadline;
     }
+    if (FN(in_far)(t)) {
+        uint32_t i = FAR_I(t->heap_index);
+        CHIME_ASSERT(i >= h->far.pos && i < h->far.n &&
+                     h->far.v[i].task == t);
+        return h->far.v[i].deadline;
+    }
 #endif
     CHIME_ASSERT(t->heap_index < h->len && h->slots[t->heap_index].task == t);
     return h->slots[t->heap_index].deadline;
@@ -755,11 +899,13 @@ FN(remove)(HEAP *h, struct chime_task *t)
 {
     CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
 #if MARKS
-    if (FN(in_near)(t) || FN(in_run)(t)) {
+    if (FN(in_near)(t) || FN(in_run)(t) || FN(in_far)(t)) {
         if (FN(in_near)(t))
             FN(near_take)(h, t);
-        else
+        else if (FN(in_run)(t))
             FN(run_tomb)(h, t); /* a sorted run keeps its order */
+        else
+            FN(far_tomb)(h, t);
         t->heap_index = CHIME_HEAP_NONE;
         t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
         return;
@@ -779,8 +925,11 @@ FN(remove)(HEAP *h, struct chime_task *t)
 void
 FN(detach)(HEAP *h, struct chime_task *t)
 {
-    if (FN(in_run)(t)) {
-        FN(run_tomb)(h, t);
+    if (FN(in_run)(t) || FN(in_far)(t)) {
+        if (FN(in_run)(t))
+            FN(run_tomb)(h, t);
+        else
+            FN(far_tomb)(h, t);
         t->heap_index = CHIME_HEAP_NONE;
         t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
         return;
@@ -816,7 +965,10 @@ FN(pop)(HEAP *h, int64_t *deadline)
         *deadline = f->deadline;
 #if MARKS
     if (f != &h->slots[0]) {
-        FN(run_take)(h);
+        if (h->far.pos < h->far.n && f == &h->far.v[h->far.pos])
+            FN(far_take)(h);
+        else
+            FN(run_take)(h);
         return t;
     }
 #endif
@@ -828,13 +980,15 @@ void
 FN(update)(HEAP *h, struct chime_task *t, int64_t deadline)
 {
 #if MARKS
-    if (FN(in_near)(t) || FN(in_run)(t)) {
+    if (FN(in_near)(t) || FN(in_run)(t) || FN(in_far)(t)) {
         /* Out of its bucket or run, in again where the new key belongs
          * (room for it was reserved: it cannot fail). */
         if (FN(in_near)(t))
             FN(near_take)(h, t);
-        else
+        else if (FN(in_run)(t))
             FN(run_tomb)(h, t);
+        else
+            FN(far_tomb)(h, t);
         t->flags &= (uint8_t)~CHIME_TF_INHEAP;
         int rc = FN(push)(h, t, deadline);
         CHIME_ASSERT(rc == 0);
@@ -866,6 +1020,9 @@ FN(each)(const HEAP *h,
             if (!DETACHED(h->run[r].v[i]))
                 fn(h->run[r].v[i].task, h->run[r].v[i].deadline, ctx);
     }
+    for (uint32_t i = h->far.pos; i < h->far.n; i++)
+        if (!DETACHED(h->far.v[i]))
+            fn(h->far.v[i].task, h->far.v[i].deadline, ctx);
 #endif
 }
 
@@ -946,6 +1103,28 @@ FN(filter)(HEAP *h,
         h->run[r].pos = 0;
         h->run[r].n = k;
     }
+    /* The far run: in order, so it stays sorted (tombstones go
+     * uncounted, as a run's). */
+    uint32_t fk = 0;
+    for (uint32_t i = h->far.pos; i < h->far.n; i++) {
+        SLOT e = h->far.v[i];
+        if (DETACHED(e)) {
+            h->far_lazy--;
+            continue;
+        }
+        if (drop(e.task, e.deadline, ctx)) {
+            e.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+            e.task->next = *removed;
+            *removed = e.task;
+            gone++;
+            continue;
+        }
+        h->far.v[fk] = e;
+        e.task->heap_index = FAR_INDEX(fk);
+        fk++;
+    }
+    h->far.pos = 0;
+    h->far.n = fk;
 #endif
     return gone;
 }
@@ -1008,6 +1187,30 @@ FN(check)(const HEAP *h)
     }
     if (total != h->run_n || lazy != h->run_lazy)
         return -1;
+    /* The far run: sorted, its last key at least every entry's, no
+     * deferred slot in it, its array slots counted. */
+    lazy = 0;
+    prev = NULL;
+    for (uint32_t i = h->far.pos; i < h->far.n; i++) {
+        const SLOT *e = &h->far.v[i];
+        if (DETACHED(*e)) {
+            lazy++;
+            continue;
+        }
+        if (e->task->heap_index != FAR_INDEX(i) ||
+            !(e->task->flags & CHIME_TF_INHEAP) ||
+            (e->task->flags & CHIME_TF_DEFER) ||
+            (prev != NULL && FN(slot_less)(e, prev)) ||
+            e->deadline > h->far_last ||
+            (e->deadline == h->far_last &&
+             (int32_t)(e->task->seq - h->far_seq) > 0))
+            return -1;
+        prev = e;
+    }
+    if (lazy != h->far_lazy || h->far.n > h->far.cap ||
+        (h->far.n != h->far.pos && !h->near_on) ||
+        FN(in_use)(h) + h->reserved > h->cap)
+        return -1;
 #endif
     return 0;
 }
@@ -1025,4 +1228,8 @@ FN(check)(const HEAP *h)
 #undef NEAR_MAX
 #undef RUN_MASK
 #undef TOMB
+#undef FAR_INDEX
+#undef FAR_I
+#undef FAR_MAX
+#undef FAR_KIND
 #undef FN_NORMALIZE

@@ -65,6 +65,9 @@ prefetch_slot(const chime_heap *h, const struct chime_task *t)
     uint32_t i = t->heap_index; /* a bucket's or run's entry: >= len */
     if (i < h->len)
         __builtin_prefetch(&h->slots[i], 1);
+    else if ((i & (CHIME_NEAR_FLAG | CHIME_NEAR_RUN | CHIME_FAR_BIT)) ==
+             (CHIME_NEAR_FLAG | CHIME_FAR_BIT))
+        __builtin_prefetch(&h->far.v[i & (CHIME_FAR_BIT - 1)], 1);
 }
 
 /* Finds free nodes for the inbox: false if there is no memory. */
@@ -180,7 +183,7 @@ top_up_locked(struct chime_pool *p)
         !atomic_load_explicit(&p->iopen, memory_order_relaxed))
         return;
     chime_heap *h = &p->heap;
-    uint32_t used = h->len + h->near_n + h->reserved;
+    uint32_t used = chime__heap_used(h) + h->reserved;
     uint32_t add = p->imax - room;
     if (used < h->cap) {
         if (add > h->cap - used)

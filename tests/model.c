@@ -2772,9 +2772,9 @@ m_check_queue(m_rig *r)
         due[a->id] = chime__queued_deadline(&p->heap, t);
         nlive += where[a->id] == 'l';
     }
-    /* The near window's buckets (heap.h), queued unordered there, and its
-     * sorted runs from their fronts (detached entries and tombstones have
-     * bit 0 set). */
+    /* The near window's buckets (heap.h), queued unordered there, its
+     * sorted runs and the far run from their fronts (detached entries and
+     * tombstones have bit 0 set). */
     for (uint32_t b = 0; b < CHIME_NEAR_SLOTS; b++)
         for (uint32_t i = 0; i < p->heap.near[b].n; i++)
             m_note_queued(p, p->heap.near[b].v[i].task, where, due, &dup,
@@ -2785,6 +2785,9 @@ m_check_queue(m_rig *r)
             m_note_queued(p, p->heap.run[rr].v[i].task, where, due, &dup,
                           &nlive);
     }
+    /* The far run (heap.h): sorted, from its front. */
+    for (uint32_t i = p->heap.far.pos; i < p->heap.far.n; i++)
+        m_note_queued(p, p->heap.far.v[i].task, where, due, &dup, &nlive);
     /* The due ring (worker.c): due tasks no worker claimed yet are still
      * queued, in order after the heap's none (they were due first). */
     uint64_t dh = atomic_load(&p->due_head), dt = atomic_load(&p->due_tail);

@@ -319,7 +319,7 @@ heap_full(chime_pool *p)
     chime__pool_lock(p);
     /* The slots reserved for the submission inbox count (inbox.c). */
     bool full =
-        p->heap.len + p->heap.near_n + p->heap.reserved >= p->heap.cap;
+        chime__heap_used(&p->heap) + p->heap.reserved >= p->heap.cap;
     pthread_mutex_unlock(&p->mu);
     return full;
 }

@@ -267,9 +267,27 @@ random_ops(const char *name, size_t steps, size_t max_len)
  * deadlines within the window, some before it, after it, or tied: every
  * step the head is the reference minimum and chime__heap_check (which
  * checks every bucket entry too) holds. */
-static void
-random_ops_near(const char *name, size_t steps, size_t max_len, bool dense)
+/* Drops a task whose seq is a multiple of 7 (a purge of some tasks). */
+static int
+drop_seq7(struct chime_task *t, int64_t deadline, void *ctx)
 {
+    (void)deadline;
+    (void)ctx;
+    return t->seq % 7 == 0;
+}
+
+enum near_mode { NEAR_SPREAD, NEAR_DENSE, NEAR_FAR };
+
+static void
+random_ops_near(const char *name, size_t steps, size_t max_len,
+                enum near_mode mode)
+{
+    bool dense = mode == NEAR_DENSE, far = mode == NEAR_FAR;
+    /* The far run's mode: most pushes one long delay after now (so in
+     * deadline order, tied while the clock stands), some earlier than the
+     * run's last, the clock now and then past them all; purges. */
+    const int64_t far_delay = (int64_t)(CHIME_NEAR_SLOTS * 3) *
+                              (INT64_C(1) << CHIME_NEAR_SHIFT);
     uint64_t seed = test_seed(name);
     uint64_t rs = seed;
     struct chime_task *tasks = calloc(steps, sizeof(*tasks));
@@ -282,7 +300,7 @@ random_ops_near(const char *name, size_t steps, size_t max_len, bool dense)
     chime_heap h;
     chime__heap_init(&h);
     chime__heap_near_enable(&h);
-    uint64_t in_buckets = 0, in_runs = 0;
+    uint64_t in_buckets = 0, in_runs = 0, in_far = 0, far_pops = 0;
     uint32_t max_runs = 0;
 
     for (size_t step = 0; step < steps; step++) {
@@ -298,12 +316,43 @@ random_ops_near(const char *name, size_t steps, size_t max_len, bool dense)
             op = op < 70 ? 0 : op < 80 ? 50 : op;
         } else if (op < 10) {
             now += (int64_t)(rng_next(&rs) % (uint64_t)(4 * slot));
+            if (far && op == 0 && rng_next(&rs) % 8 == 0)
+                now += far_delay; /* the far run's entries come due */
             h.near_hint = now;
+        }
+        if (far && op >= 97 && ref.n > 0) {
+            /* A purge: the filter compacts the far run in order. */
+            struct chime_task *removed = NULL;
+            size_t want = 0;
+            for (size_t i = 0; i < ref.n; i++)
+                want += ref.v[i]->seq % 7 == 0;
+            uint32_t got = chime__heap_filter(&h, drop_seq7, NULL, &removed);
+            size_t listed = 0;
+            for (; removed != NULL; removed = removed->next)
+                listed++;
+            cr_assert_eq(listed, want, "seed %" PRIu64, seed);
+            cr_assert_geq(got, want, "seed %" PRIu64, seed);
+            /* Their seq and index were overwritten by the link. */
+            for (size_t i = ref.n; i-- > 0;)
+                if (!(ref.v[i]->flags & CHIME_TF_INHEAP)) {
+                    ref.v[i]->heap_index = CHIME_HEAP_NONE;
+                    ref_del(&ref, i);
+                }
+            op = 45; /* and a pop */
         }
         if (ref.n == 0 || (ref.n < max_len && op < 45)) {
             struct chime_task *t = &tasks[used++];
             int64_t d;
-            switch (rng_next(&rs) % 8) {
+            unsigned c = (unsigned)(rng_next(&rs) % 8);
+            if (far && c >= 2)
+                c = c < 7 ? 9 : 10;
+            switch (c) {
+            case 9:
+                d = now + far_delay;
+                break;
+            case 10:
+                d = now + far_delay - (int64_t)(rng_next(&rs) % (uint64_t)slot);
+                break;
             case 0:
                 d = now - (int64_t)(rng_next(&rs) % (uint64_t)(3 * slot));
                 break;
@@ -321,8 +370,14 @@ random_ops_near(const char *name, size_t steps, size_t max_len, bool dense)
             task_init(t, d, seq++);
             cr_assert_eq(heap_push(&h, t), 0, "seed %" PRIu64, seed);
             in_buckets += (t->heap_index & CHIME_NEAR_FLAG) != 0;
+            in_far += (t->heap_index & (CHIME_NEAR_FLAG | CHIME_FAR_BIT)) ==
+                      (CHIME_NEAR_FLAG | CHIME_FAR_BIT);
             ref.v[ref.n++] = t;
         } else if (op < 65) {
+            uint32_t hi = ref.v[ref_min(&ref)]->heap_index;
+            far_pops += (hi & (CHIME_NEAR_FLAG | CHIME_NEAR_RUN |
+                               CHIME_FAR_BIT)) ==
+                        (CHIME_NEAR_FLAG | CHIME_FAR_BIT);
             pop_checked(&h, &ref, seed, step);
         } else if (op < 75) {
             remove_random(&h, &ref, &rs, seed);
@@ -366,6 +421,12 @@ random_ops_near(const char *name, size_t steps, size_t max_len, bool dense)
     cr_assert_gt(in_runs, steps / 100, "seed %" PRIu64, seed);
     if (dense)
         cr_assert_eq(max_runs, CHIME_NEAR_RUNS, "seed %" PRIu64, seed);
+    /* The far run took many pushes and gave heads. */
+    if (far)
+        cr_assert(in_far > steps / 10 && far_pops > steps / 200,
+                  "seed %" PRIu64 ": %" PRIu64 " in the far run, %" PRIu64
+                  " popped from it",
+                  seed, in_far, far_pops);
     while (ref.n > 0) {
         size_t m = ref_min(&ref);
         cr_assert_eq(heap_pop(&h), ref.v[m], "seed %" PRIu64, seed);
@@ -390,18 +451,27 @@ random_ops_near(const char *name, size_t steps, size_t max_len, bool dense)
 /* B83, B88 with the near window. */
 Test(heap, near_window_random_operations_match_a_sorted_reference)
 {
-    random_ops_near("near-small", 20000, 40, false);
-    random_ops_near("near-large", 20000, 3000, false);
+    random_ops_near("near-small", 20000, 40, NEAR_SPREAD);
+    random_ops_near("near-large", 20000, 3000, NEAR_SPREAD);
 }
 
 /* The same with tasks crowded into the next few slots of the window. */
 Test(heap, near_window_crowded_matches_a_sorted_reference)
 {
-    random_ops_near("near-many-runs", 10000, 2000, true);
+    random_ops_near("near-many-runs", 10000, 2000, NEAR_DENSE);
 }
 
 /* A bucket of thousands of entries (the radix sort), with ties among
  * them out of sequence order, opens into a run in (deadline, seq) order. */
+/* The far run (pushes in deadline order past the window): appended,
+ * tombstoned, re-keyed out, compacted by purges, consumed from its front,
+ * every step checked against the reference. */
+Test(heap, far_run_random_operations_match_a_sorted_reference)
+{
+    random_ops_near("far-small", 20000, 40, NEAR_FAR);
+    random_ops_near("far-large", 30000, 3000, NEAR_FAR);
+}
+
 Test(heap, big_bucket_opens_in_deadline_then_seq_order)
 {
     enum { N = 3000 };
