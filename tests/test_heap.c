@@ -472,6 +472,47 @@ Test(heap, far_run_random_operations_match_a_sorted_reference)
     random_ops_near("far-large", 30000, 3000, NEAR_FAR);
 }
 
+/* A worker's fast path (chime__heap_run_due: the first sorted run's front
+ * when due) must not pass the far run's front when that is earlier: the
+ * workers fell behind, and far tasks came due before a run's. */
+Test(heap, run_due_yields_to_an_earlier_far_front)
+{
+    const int64_t slot = INT64_C(1) << CHIME_NEAR_SHIFT;
+    const int64_t now0 = INT64_C(1) << 40, now1 = now0 + 300 * slot;
+    struct chime_task t[4]; /* x, a, a2, c */
+    chime_heap h;
+    chime__heap_init(&h);
+    chime__heap_near_enable(&h);
+    h.near_hint = now0;
+    task_init(&t[0], now0 + 2 * slot, 0);   /* a bucket */
+    task_init(&t[1], now0 + 200 * slot, 1); /* past the window */
+    task_init(&t[2], now0 + 201 * slot, 2);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(heap_push(&h, &t[i]), 0);
+    cr_assert_eq(t[1].heap_index & (CHIME_NEAR_FLAG | CHIME_FAR_BIT),
+                 CHIME_NEAR_FLAG | CHIME_FAR_BIT, "a is in the far run");
+    cr_assert_eq(t[2].heap_index & (CHIME_NEAR_FLAG | CHIME_FAR_BIT),
+                 CHIME_NEAR_FLAG | CHIME_FAR_BIT, "a2 is in the far run");
+    cr_assert_eq(heap_pop(&h), &t[0]);
+    /* Later: c into a bucket, then its slot comes (a sorted run). */
+    h.near_hint = now1;
+    task_init(&t[3], now1 + 5 * slot, 3);
+    cr_assert_eq(heap_push(&h, &t[3]), 0);
+    h.near_hint = now1 + 10 * slot;
+    cr_assert_eq(chime__heap_check(&h), 0);
+    cr_assert_eq(heap_pop(&h), &t[1], "the far front is the head");
+    cr_assert_gt(h.run_count, 0u, "c's bucket became a run");
+    int64_t d = 0;
+    cr_assert_null(chime__heap_run_due(&h, now1 + 10 * slot, &d),
+                   "the run's front went before the far run's");
+    cr_assert_eq(heap_pop(&h), &t[2]);
+    cr_assert_eq(chime__heap_run_due(&h, now1 + 10 * slot, &d), &t[3]);
+    chime__heap_run_take(&h);
+    cr_assert_null(heap_pop(&h));
+    cr_assert_eq(chime__heap_check(&h), 0);
+    chime__heap_free(&h);
+}
+
 Test(heap, big_bucket_opens_in_deadline_then_seq_order)
 {
     enum { N = 3000 };
