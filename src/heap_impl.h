@@ -273,6 +273,8 @@ FN(far_tomb)(HEAP *h, struct chime_task *t)
     CHIME_ASSERT(i >= h->far.pos && i < h->far.n && h->far.v[i].task == t);
     h->far.v[i].task = TOMB;
     h->far_lazy++;
+    if (i == h->far.pos)
+        (void)FN(far_front)(h); /* cancels in deadline order: no filter */
 }
 
 /* Takes the far run's front (its first entry, live) off the heap. */
