@@ -192,45 +192,51 @@ chime__cancelled_locked(struct chime_pool *p, struct chime_task *t,
 }
 
 void
+chime__free_batch_add(struct chime_free_batch *b, struct chime_task *t)
+{
+    if (chime__task_loop(t) != NULL || (b->p != NULL && t->pool != b->p)) {
+        chime__free_batch_flush(b);
+        if (chime__task_loop(t) != NULL) {
+            chime__task_free(t);
+            return;
+        }
+    }
+    b->p = t->pool;
+    if (atomic_load_explicit(&t->refs, memory_order_relaxed) &
+        CHIME_REF_POOLREF)
+        b->unrefs++;
+    chime__node_dispose(t);
+    *chime__node_link(t) = NULL;
+    if (b->last != NULL)
+        *chime__node_link(b->last) = t;
+    else
+        b->first = t;
+    b->last = t;
+}
+
+void
+chime__free_batch_flush(struct chime_free_batch *b)
+{
+    if (b->first != NULL)
+        chime__slab_free_chain(&b->p->slab, b->first, b->last);
+    /* After the push: the pool's memory may go now. */
+    if (b->p != NULL)
+        pool_unref_n(b->p, b->unrefs);
+    *b = (struct chime_free_batch){0};
+}
+
+void
 chime__free_garbage(struct chime_task *list)
 {
     /* Pool tasks go back to their slab as one chain per pool: one CAS on
      * the slab's freed stack for a worker's batch, not one per task. */
-    struct chime_pool *p = NULL;
-    struct chime_task *first = NULL, *last = NULL;
-    unsigned unrefs = 0;
+    struct chime_free_batch b = {0};
     while (list) {
         struct chime_task *t = list;
         list = t->next;
-        if (chime__task_loop(t) != NULL || (p != NULL && t->pool != p)) {
-            if (first != NULL)
-                chime__slab_free_chain(&p->slab, first, last);
-            /* After the push: the pool's memory may go now. */
-            pool_unref_n(p, unrefs);
-            unrefs = 0;
-            first = last = NULL;
-            p = NULL;
-            if (chime__task_loop(t) != NULL) {
-                chime__task_free(t);
-                continue;
-            }
-        }
-        p = t->pool;
-        if (atomic_load_explicit(&t->refs, memory_order_relaxed) &
-            CHIME_REF_POOLREF)
-            unrefs++;
-        chime__node_dispose(t);
-        *chime__node_link(t) = NULL;
-        if (last != NULL)
-            *chime__node_link(last) = t;
-        else
-            first = t;
-        last = t;
+        chime__free_batch_add(&b, t);
     }
-    if (first != NULL)
-        chime__slab_free_chain(&p->slab, first, last);
-    if (p != NULL)
-        pool_unref_n(p, unrefs);
+    chime__free_batch_flush(&b);
 }
 
 #define LOOP_CACHE_MAX 1024u /* nodes a binding keeps */

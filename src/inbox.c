@@ -253,18 +253,25 @@ chime__inbox_drain_locked(struct chime_pool *p)
         /* Cancels made without the lock, after the submissions above (a
          * handle's cancel follows its submission). Each detach writes a
          * slot found through the task: both fetched ahead. */
-        struct chime_task *garbage = NULL;
+        /* Nothing reaches a task dropped here any more (its slot is
+         * detached, it was never in the due ring, and it is in the buffer
+         * once): freed at once, while it is in this cache, without waiting
+         * for the lock's release. */
+        struct chime_free_batch fb = {0};
         for (uint32_t i = 0; i < nc; i++) {
             if (i + 8 < nc)
                 __builtin_prefetch(c[i + 8], 1);
             if (i + 4 < nc)
                 prefetch_slot(&p->heap, c[i + 4]);
+            struct chime_task *garbage = NULL;
             chime__cancelled_locked(p, c[i], &garbage);
+            while (garbage != NULL) {
+                struct chime_task *next = garbage->next;
+                chime__free_batch_add(&fb, garbage);
+                garbage = next;
+            }
         }
-        /* Nothing reaches these any more (their slots are detached, and
-         * they were never in the due ring): freed now, without waiting
-         * for the lock's release. */
-        chime__free_garbage(garbage);
+        chime__free_batch_flush(&fb);
     }
     top_up_locked(p);
 }

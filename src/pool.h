@@ -506,6 +506,15 @@ void chime__cancel_list_locked(struct chime_pool *p, struct chime_task *list,
 void chime__loop_node_put_locked(struct chime_loop *l, struct chime_task *t);
 /* Frees the tasks on list (through task->next). No lock held. */
 void chime__free_garbage(struct chime_task *list);
+/* chime__free_garbage one task at a time, while each is in this cache
+ * (the drain of the inbox's cancels): add, then flush once. */
+struct chime_free_batch {
+    struct chime_pool *p;
+    struct chime_task *first, *last;
+    unsigned unrefs;
+};
+void chime__free_batch_add(struct chime_free_batch *b, struct chime_task *t);
+void chime__free_batch_flush(struct chime_free_batch *b);
 /* Drops the pool's reference; frees the task if nothing else holds it. Must
  * be called without any chime lock held. */
 void chime__task_drop_pool_ref(struct chime_task *t);
