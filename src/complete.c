@@ -300,22 +300,13 @@ chime__task_drop_pool_ref(struct chime_task *t)
         chime__task_free(t);
 }
 
-static int
-keep_all(struct chime_task *t, int64_t deadline, void *arg)
-{
-    (void)t;
-    (void)deadline;
-    (void)arg;
-    return 0;
-}
-
 void
 chime__compact_locked(struct chime_pool *p, struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&p->mu);
     /* The filter drops the detached slots by itself, reading no task. */
     struct chime_task *removed = NULL;
-    chime__heap_filter(&p->heap, keep_all, NULL, &removed);
+    chime__heap_filter(&p->heap, NULL, NULL, &removed);
     chime__cancel_list_locked(p, removed, garbage); /* nothing */
     /* Nobody is woken: only detached slots went, so the earliest queued
      * task, which the leader times (a peek skips detached slots), and the

@@ -135,7 +135,9 @@ typedef struct chime_theap_slot {
     /* t gets a new key (deadline, t->seq): restore order. */                 \
     void FN(update)(HEAP * h, struct chime_task * t, int64_t deadline);       \
     /* Removes every task for which drop(t, deadline, ctx) is non-zero, in   \
-     * O(n), onto *removed through task->next. Returns how many. */          \
+     * O(n), onto *removed through task->next. Returns how many. drop NULL: \
+     * none (a compaction: detached slots and tombstones go, no task is     \
+     * read). */                                                             \
     uint32_t FN(filter)(HEAP * h,                                              \
                         int (*drop)(struct chime_task * t, int64_t deadline,   \
                                     void *ctx),                                \

@@ -1040,7 +1040,7 @@ FN(filter)(HEAP *h,
             h->lazy--; /* gone, not handed to anyone */
             continue;
         }
-        if (drop(s.task, s.deadline, ctx)) {
+        if (drop != NULL && drop(s.task, s.deadline, ctx)) {
             if (s.task->flags & CHIME_TF_LAZY)
                 h->lazy--;
             s.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
@@ -1063,7 +1063,7 @@ FN(filter)(HEAP *h,
             SLOT e = h->near[b].v[i];
             if (DETACHED(e)) {
                 h->near_lazy--;
-            } else if (drop(e.task, e.deadline, ctx)) {
+            } else if (drop != NULL && drop(e.task, e.deadline, ctx)) {
                 e.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
                 e.task->next = *removed;
                 *removed = e.task;
@@ -1090,7 +1090,7 @@ FN(filter)(HEAP *h,
                 h->run_lazy--;
                 continue;
             }
-            if (drop(e.task, e.deadline, ctx)) {
+            if (drop != NULL && drop(e.task, e.deadline, ctx)) {
                 e.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
                 e.task->next = *removed;
                 *removed = e.task;
@@ -1114,7 +1114,7 @@ FN(filter)(HEAP *h,
             h->far_lazy--;
             continue;
         }
-        if (drop(e.task, e.deadline, ctx)) {
+        if (drop != NULL && drop(e.task, e.deadline, ctx)) {
             e.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
             e.task->next = *removed;
             *removed = e.task;
