@@ -495,8 +495,12 @@ end_ctl:
     }
     :: atomic {
         /* chime__compact_locked (remove_on_cancel on: once lazy tasks are
-         * half the heap, here at any time) then a new-head signal; or
-         * chime_pool_purge (off), which signals nobody. */
+         * half the heap, here at any time), or chime_pool_purge (off):
+         * neither signals anybody (fcf86c0: only cancelled tasks go, so
+         * no queued task becomes due earlier; a leader timing a cancelled
+         * head wakes at its deadline and looks again). Under
+         * BUG_COMPACT_SIGNAL the old new-head signal: not needed, so no
+         * check may depend on it. */
         ncompact > 0 && ANYCANCQ ->
         ncompact--;
         if :: inq[0] && tst[0] == T_CANC -> unlink(0) :: else -> skip fi;
@@ -504,7 +508,7 @@ end_ctl:
 #if NT > 2
         if :: inq[2] && tst[2] == T_CANC -> unlink(2) :: else -> skip fi;
 #endif
-#ifndef RETAIN_CANCELLED
+#if defined(BUG_COMPACT_SIGNAL) && !defined(RETAIN_CANCELLED)
         new_head();
 #endif
         check()
