@@ -930,6 +930,73 @@ Test(cancel, rearm_keeps_the_queue_in_deadline_order)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
+/* Timeouts of one length scheduled as the clock moves (they go to the far
+ * run, src/heap.h), with a shorter one now and then, a third of them
+ * cancelled and some re-armed later: every task left runs in (deadline,
+ * order of its last schedule or re-arm) order, ties included, and no
+ * cancelled one runs. */
+Test(cancel, same_length_timeouts_run_in_order_around_cancels_and_rearms)
+{
+    enum { K = 900 };
+    t_clock clk;
+    chime_pool *p = vpool(1, &clk);
+    order_log log;
+    order_init(&log);
+    chime_task *h[K];
+    int64_t dl[K]; /* deadline, from the pool's start */
+    int key[K];    /* the order of its last schedule or re-arm */
+    bool cancelled[K];
+    int64_t now = 0;
+    int calls = 0, want = 0;
+    for (int i = 0; i < K; i++) {
+        if (i % 10 == 0) { /* ten ties per instant */
+            t_clock_advance(&clk, p, CHIME_MSEC);
+            now += CHIME_MSEC;
+        }
+        int64_t delay = i % 13 == 5 ? 30 * CHIME_SEC : 60 * CHIME_SEC;
+        cr_assert_eq(
+            chime_pool_schedule(p, order_fn, &log.item[i], delay, &h[i]), 0);
+        dl[i] = now + delay;
+        key[i] = calls++;
+        cancelled[i] = false;
+    }
+    for (int i = 0; i < K; i += 3) {
+        cr_assert_eq(chime_task_cancel(h[i], 0), 0);
+        cancelled[i] = true;
+    }
+    for (int i = 1; i < K; i += 7) {
+        if (cancelled[i])
+            continue;
+        cr_assert_eq(chime_task_rearm(h[i], 61 * CHIME_SEC), 0);
+        dl[i] = now + 61 * CHIME_SEC;
+        key[i] = calls++;
+    }
+    for (int i = 0; i < K; i++)
+        want += !cancelled[i];
+    t_clock_advance(&clk, p, 62 * CHIME_SEC);
+    cr_assert(T_WAIT_UNTIL(atomic_load(&log.n) == want, T_LONG_NS),
+              "%d of %d ran", atomic_load(&log.n), want);
+    for (int i = 0; i < K; i++)
+        cr_assert_eq(chime_task_get_state(h[i]),
+                     cancelled[i] ? CHIME_TASK_CANCELLED : CHIME_TASK_DONE,
+                     "task %d", i);
+    for (int pos = 0; pos < want; pos++) {
+        int b = atomic_load(&log.ids[pos]);
+        cr_assert(!cancelled[b], "cancelled task %d ran", b);
+        if (pos == 0)
+            continue;
+        int a = atomic_load(&log.ids[pos - 1]);
+        cr_assert(dl[a] < dl[b] || (dl[a] == dl[b] && key[a] < key[b]),
+                  "position %d: task %d (due %lld, order %d) after task %d "
+                  "(due %lld, order %d)",
+                  pos, b, (long long)dl[b], key[b], a, (long long)dl[a],
+                  key[a]);
+    }
+    cr_assert_eq(atomic_load(&log.n), want);
+    t_release_all(h, K);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
 Test(cancel, rearm_ties_run_after_already_due_tasks)
 {
     t_clock clk;
