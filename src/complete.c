@@ -191,8 +191,10 @@ chime__cancelled_locked(struct chime_pool *p, struct chime_task *t,
     }
 }
 
-void
-chime__free_batch_add(struct chime_free_batch *b, struct chime_task *t)
+/* The body of chime__free_batch_add, inlined into chime__free_garbage's
+ * loop (a worker's every batch), where the batch stays in registers. */
+static inline void
+batch_add(struct chime_free_batch *b, struct chime_task *t)
 {
     if (chime__task_loop(t) != NULL || (b->p != NULL && t->pool != b->p)) {
         chime__free_batch_flush(b);
@@ -215,6 +217,12 @@ chime__free_batch_add(struct chime_free_batch *b, struct chime_task *t)
 }
 
 void
+chime__free_batch_add(struct chime_free_batch *b, struct chime_task *t)
+{
+    batch_add(b, t);
+}
+
+void
 chime__free_batch_flush(struct chime_free_batch *b)
 {
     if (b->first != NULL)
@@ -234,7 +242,7 @@ chime__free_garbage(struct chime_task *list)
     while (list) {
         struct chime_task *t = list;
         list = t->next;
-        chime__free_batch_add(&b, t);
+        batch_add(&b, t);
     }
     chime__free_batch_flush(&b);
 }
