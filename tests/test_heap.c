@@ -416,9 +416,13 @@ random_ops_near(const char *name, size_t steps, size_t max_len,
         else
             cr_assert_null(chime__heap_peek(&h));
     }
-    /* The window was used, not bypassed, and buckets became runs. */
-    cr_assert_gt(in_buckets, steps / 10, "seed %" PRIu64, seed);
-    cr_assert_gt(in_runs, steps / 100, "seed %" PRIu64, seed);
+    /* The window was used, not bypassed, and buckets became runs (not
+     * asked of the far run's mode: most of its pushes go past the window,
+     * and a seed may open few buckets as runs). */
+    if (!far) {
+        cr_assert_gt(in_buckets, steps / 10, "seed %" PRIu64, seed);
+        cr_assert_gt(in_runs, steps / 100, "seed %" PRIu64, seed);
+    }
     if (dense)
         cr_assert_eq(max_runs, CHIME_NEAR_RUNS, "seed %" PRIu64, seed);
     /* The far run took many pushes and gave heads. */
