@@ -1028,6 +1028,16 @@ FN(each)(const HEAP *h,
 #endif
 }
 
+/* A filtered-out task leaves the heap onto *removed (its link overwrites
+ * seq and heap_index). */
+static inline void
+FN(hand_out)(struct chime_task *t, struct chime_task **removed)
+{
+    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+    t->next = *removed;
+    *removed = t;
+}
+
 uint32_t
 FN(filter)(HEAP *h,
                    int (*drop)(struct chime_task *, int64_t, void *),
@@ -1043,9 +1053,7 @@ FN(filter)(HEAP *h,
         if (drop != NULL && drop(s.task, s.deadline, ctx)) {
             if (s.task->flags & CHIME_TF_LAZY)
                 h->lazy--;
-            s.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
-            s.task->next = *removed; /* overwrites seq and heap_index */
-            *removed = s.task;
+            FN(hand_out)(s.task, removed);
         } else {
             FN(place)(h, kept++, s);
         }
@@ -1064,9 +1072,7 @@ FN(filter)(HEAP *h,
             if (DETACHED(e)) {
                 h->near_lazy--;
             } else if (drop != NULL && drop(e.task, e.deadline, ctx)) {
-                e.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
-                e.task->next = *removed;
-                *removed = e.task;
+                FN(hand_out)(e.task, removed);
             } else {
                 h->near[b].v[bk] = e;
                 e.task->heap_index = NEAR_INDEX(b, bk);
@@ -1091,9 +1097,7 @@ FN(filter)(HEAP *h,
                 continue;
             }
             if (drop != NULL && drop(e.task, e.deadline, ctx)) {
-                e.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
-                e.task->next = *removed;
-                *removed = e.task;
+                FN(hand_out)(e.task, removed);
                 gone++;
                 continue;
             }
@@ -1115,9 +1119,7 @@ FN(filter)(HEAP *h,
             continue;
         }
         if (drop != NULL && drop(e.task, e.deadline, ctx)) {
-            e.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
-            e.task->next = *removed;
-            *removed = e.task;
+            FN(hand_out)(e.task, removed);
             gone++;
             continue;
         }
