@@ -181,11 +181,15 @@ chime__heap_live(const chime_heap *h)
 }
 
 /* Array slots spoken for: the array's, the buckets' and the far run's
- * entries (each of these has its array slot), reservations aside. */
+ * entries (each of these has its array slot), reservations aside. For
+ * either heap type (heap_impl.h uses it too). */
+#define CHIME_HEAP_USED(h)                                                     \
+    ((h)->len + (h)->near_n + ((h)->far.n - (h)->far.pos))
+
 static inline uint32_t
 chime__heap_used(const chime_heap *h)
 {
-    return h->len + h->near_n + (h->far.n - h->far.pos);
+    return CHIME_HEAP_USED(h);
 }
 
 /* After a cancel detached a slot: are detached slots and tombstones most

@@ -149,14 +149,6 @@ FN(free)(HEAP *h)
     FN(init)(h);
 }
 
-/* Array slots spoken for (chime__heap_used): the far run's entries have
- * theirs too. */
-static inline uint32_t
-FN(in_use)(const HEAP *h)
-{
-    return h->len + h->near_n + (h->far.n - h->far.pos);
-}
-
 /* Room for want slots in the array, beside the reserved ones. */
 static int FN(grow)(HEAP *h, uint32_t want);
 
@@ -201,13 +193,13 @@ FN(grow)(HEAP *h, uint32_t want)
 int
 FN(reserve)(HEAP *h)
 {
-    return FN(reserve_n)(h, FN(in_use)(h) + 1);
+    return FN(reserve_n)(h, CHIME_HEAP_USED(h) + 1);
 }
 
 int
 FN(reserve_more)(HEAP *h, uint32_t n)
 {
-    int rc = FN(reserve_n)(h, FN(in_use)(h) + n);
+    int rc = FN(reserve_n)(h, CHIME_HEAP_USED(h) + n);
     if (rc == 0)
         h->reserved += n;
     return rc;
@@ -340,7 +332,7 @@ FN(far_push)(HEAP *h, struct chime_task *t, int64_t deadline)
         }
     }
     /* Its array slot, as every bucket entry has one. */
-    if (FN(reserve_n)(h, FN(in_use)(h) + 1) != 0)
+    if (FN(reserve_n)(h, CHIME_HEAP_USED(h) + 1) != 0)
         return 1;
     uint32_t i = h->far.n++;
     h->far.v[i].deadline = deadline;
@@ -615,7 +607,7 @@ FN(near_push)(HEAP *h, struct chime_task *t, int64_t deadline)
         return 1;
     /* Every bucket entry has its array slot reserved: opening a bucket
      * never fails. */
-    int rc = FN(reserve_n)(h, FN(in_use)(h) + 1);
+    int rc = FN(reserve_n)(h, CHIME_HEAP_USED(h) + 1);
     if (rc != 0)
         return rc;
     if (h->near[b].n == h->near[b].cap) {
@@ -762,7 +754,7 @@ FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
     if (nrc > 0 && FN(far_push)(h, t, deadline) == 0)
         return 0;
 #endif
-    int rc = FN(reserve_n)(h, FN(in_use)(h) + 1);
+    int rc = FN(reserve_n)(h, CHIME_HEAP_USED(h) + 1);
     if (rc != 0)
         return rc;
     uint32_t i = h->len++;
@@ -1213,7 +1205,7 @@ FN(check)(const HEAP *h)
     }
     if (lazy != h->far_lazy || h->far.n > h->far.cap ||
         (h->far.n != h->far.pos && !h->near_on) ||
-        FN(in_use)(h) + h->reserved > h->cap)
+        CHIME_HEAP_USED(h) + h->reserved > h->cap)
         return -1;
 #endif
     return 0;
