@@ -74,7 +74,10 @@ typedef struct chime_theap_slot {
  * the head; a filter compacts it in order (no heap to rebuild). Its
  * entries keep array room reserved (as bucket entries do), so moving one
  * out (a re-key) never fails. Entry: CHIME_NEAR_FLAG | CHIME_FAR_BIT |
- * position. A push the far run cannot take goes to the array as before. */
+ * position. A push the far run cannot take goes to the array as before.
+ * An entry is the task's address alone (8 bytes, not a 16-byte slot): it
+ * takes one-shots only, not deferred ones, whose defer_deadline (a
+ * one-shot's period field, unused while it is queued) holds the deadline. */
 #define CHIME_FAR_BIT UINT32_C(0x20000000)
 
 #define CHIME_HEAP_DECLARE(HEAP, SLOT, FN)                                     \
@@ -101,9 +104,10 @@ typedef struct chime_theap_slot {
         SLOT *scratch;     /* the bucket sort's buffer */                      \
         uint32_t scratch_cap;                                                  \
         struct {                                                               \
-            SLOT *v;                                                           \
+            struct chime_task **v; /* a task's key: defer_deadline, seq */   \
             uint32_t pos, n, cap; /* entries [pos, n), tombstones incl. */     \
         } far;                                                                 \
+        SLOT far_key; /* its front as a slot (valid until it changes) */       \
         uint32_t far_lazy;  /* tombstones in the far run */                    \
         uint32_t far_seq;   /* the key of its last entry: deadline, seq */     \
         int64_t far_last;                                                      \

@@ -241,17 +241,34 @@ FN(in_far)(const struct chime_task *t)
     return (t->heap_index & FAR_KIND) == (CHIME_NEAR_FLAG | CHIME_FAR_BIT);
 }
 
-/* The far run's first live entry (tombstones at its front dropped; an
- * empty run starts again at 0), or NULL. */
+/* A far entry: a task, or a tombstone (TOMB). */
+#define FAR_DEAD(e) (((uintptr_t)(e)&1u) != 0)
+
+/* The key of a live far entry: its deadline is the task's (heap.h). */
+static inline SLOT
+FN(far_slot)(struct chime_task *t)
+{
+    SLOT s;
+    memset(&s, 0, sizeof(s));
+    s.deadline = t->defer_deadline;
+    s.task = t;
+    return s;
+}
+
+/* The far run's first live entry as a slot (h->far_key, valid until the
+ * run changes; tombstones at its front dropped; an empty run starts again
+ * at 0), or NULL. */
 static SLOT *
 FN(far_front)(HEAP *h)
 {
-    while (h->far.pos < h->far.n && DETACHED(h->far.v[h->far.pos])) {
+    while (h->far.pos < h->far.n && FAR_DEAD(h->far.v[h->far.pos])) {
         h->far.pos++;
         h->far_lazy--;
     }
-    if (h->far.pos < h->far.n)
-        return &h->far.v[h->far.pos];
+    if (h->far.pos < h->far.n) {
+        h->far_key = FN(far_slot)(h->far.v[h->far.pos]);
+        return &h->far_key;
+    }
     h->far.pos = h->far.n = 0;
     return NULL;
 }
@@ -262,8 +279,8 @@ static void
 FN(far_tomb)(HEAP *h, struct chime_task *t)
 {
     uint32_t i = FAR_I(t->heap_index);
-    CHIME_ASSERT(i >= h->far.pos && i < h->far.n && h->far.v[i].task == t);
-    h->far.v[i].task = TOMB;
+    CHIME_ASSERT(i >= h->far.pos && i < h->far.n && h->far.v[i] == t);
+    h->far.v[i] = TOMB;
     h->far_lazy++;
     if (i == h->far.pos)
         (void)FN(far_front)(h); /* cancels in deadline order: no filter */
@@ -273,11 +290,11 @@ FN(far_tomb)(HEAP *h, struct chime_task *t)
 static void
 FN(far_take)(HEAP *h)
 {
-    struct chime_task *t = h->far.v[h->far.pos].task;
+    struct chime_task *t = h->far.v[h->far.pos];
     uint32_t ahead = h->far.pos + 16;
     if (ahead < h->far.n)
         __builtin_prefetch(
-            (void *)((uintptr_t)h->far.v[ahead].task & ~(uintptr_t)1), 1);
+            (void *)((uintptr_t)h->far.v[ahead] & ~(uintptr_t)1), 1);
     h->far.pos++;
     t->heap_index = CHIME_HEAP_NONE;
     t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
@@ -293,6 +310,7 @@ static int
 FN(far_push)(HEAP *h, struct chime_task *t, int64_t deadline)
 {
     if (!h->near_on || (t->flags & CHIME_TF_DEFER) ||
+        chime__task_kind(t) != CHIME_KIND_ONESHOT ||
         (deadline >> CHIME_NEAR_SHIFT) - h->near_cur <
             (int64_t)CHIME_NEAR_SLOTS)
         return 1;
@@ -313,10 +331,10 @@ FN(far_push)(HEAP *h, struct chime_task *t, int64_t deadline)
              * per entry; each live task learns its new position). */
             uint32_t k = 0;
             for (uint32_t i = h->far.pos; i < h->far.n; i++, k++) {
-                SLOT e = h->far.v[i];
+                struct chime_task *e = h->far.v[i];
                 h->far.v[k] = e;
-                if (!DETACHED(e))
-                    e.task->heap_index = FAR_INDEX(k);
+                if (!FAR_DEAD(e))
+                    e->heap_index = FAR_INDEX(k);
             }
             h->far.pos = 0;
             h->far.n = k;
@@ -324,7 +342,8 @@ FN(far_push)(HEAP *h, struct chime_task *t, int64_t deadline)
             if (h->far.cap >= FAR_MAX / 2)
                 return 1;
             uint32_t ncap = h->far.cap ? h->far.cap * 2 : 256;
-            SLOT *nv = chime__realloc(h->far.v, (size_t)ncap * sizeof(SLOT));
+            struct chime_task **nv =
+                chime__realloc(h->far.v, (size_t)ncap * sizeof(*nv));
             if (nv == NULL)
                 return 1;
             h->far.v = nv;
@@ -335,8 +354,8 @@ FN(far_push)(HEAP *h, struct chime_task *t, int64_t deadline)
     if (FN(reserve_n)(h, CHIME_HEAP_USED(h) + 1) != 0)
         return 1;
     uint32_t i = h->far.n++;
-    h->far.v[i].deadline = deadline;
-    h->far.v[i].task = t;
+    h->far.v[i] = t;
+    t->defer_deadline = deadline;
     h->far_last = deadline;
     h->far_seq = t->seq;
     t->heap_index = FAR_INDEX(i);
@@ -815,10 +834,14 @@ FN(run_due)(HEAP *h, int64_t now, int64_t *deadline)
         return NULL;
     if (h->len != 0 && !FN(slot_less)(f, &h->slots[0]))
         return NULL;
-    if (h->far.pos < h->far.n &&
-        (DETACHED(h->far.v[h->far.pos]) ||
-         FN(slot_less)(&h->far.v[h->far.pos], f)))
-        return NULL; /* the far run may come first: a full look */
+    if (h->far.pos < h->far.n) {
+        struct chime_task *e = h->far.v[h->far.pos];
+        if (FAR_DEAD(e))
+            return NULL; /* the far run may come first: a full look */
+        SLOT k = FN(far_slot)(e);
+        if (FN(slot_less)(&k, f))
+            return NULL;
+    }
     *deadline = f->deadline;
     return f->task;
 }
@@ -858,9 +881,9 @@ FN(deadline)(const HEAP *h, const struct chime_task *t)
     }
     if (FN(in_far)(t)) {
         uint32_t i = FAR_I(t->heap_index);
-        CHIME_ASSERT(i >= h->far.pos && i < h->far.n &&
-                     h->far.v[i].task == t);
-        return h->far.v[i].deadline;
+        CHIME_ASSERT(i >= h->far.pos && i < h->far.n && h->far.v[i] == t);
+        (void)i;
+        return t->defer_deadline;
     }
 #endif
     CHIME_ASSERT(t->heap_index < h->len && h->slots[t->heap_index].task == t);
@@ -959,7 +982,7 @@ FN(pop)(HEAP *h, int64_t *deadline)
         *deadline = f->deadline;
 #if MARKS
     if (f != &h->slots[0]) {
-        if (h->far.pos < h->far.n && f == &h->far.v[h->far.pos])
+        if (f == &h->far_key)
             FN(far_take)(h);
         else
             FN(run_take)(h);
@@ -1015,8 +1038,8 @@ FN(each)(const HEAP *h,
                 fn(h->run[r].v[i].task, h->run[r].v[i].deadline, ctx);
     }
     for (uint32_t i = h->far.pos; i < h->far.n; i++)
-        if (!DETACHED(h->far.v[i]))
-            fn(h->far.v[i].task, h->far.v[i].deadline, ctx);
+        if (!FAR_DEAD(h->far.v[i]))
+            fn(h->far.v[i], h->far.v[i]->defer_deadline, ctx);
 #endif
 }
 
@@ -1105,18 +1128,18 @@ FN(filter)(HEAP *h,
      * uncounted, as a run's). */
     uint32_t fk = 0;
     for (uint32_t i = h->far.pos; i < h->far.n; i++) {
-        SLOT e = h->far.v[i];
-        if (DETACHED(e)) {
+        struct chime_task *e = h->far.v[i];
+        if (FAR_DEAD(e)) {
             h->far_lazy--;
             continue;
         }
-        if (drop != NULL && drop(e.task, e.deadline, ctx)) {
-            FN(hand_out)(e.task, removed);
+        if (drop != NULL && drop(e, e->defer_deadline, ctx)) {
+            FN(hand_out)(e, removed);
             gone++;
             continue;
         }
         h->far.v[fk] = e;
-        e.task->heap_index = FAR_INDEX(fk);
+        e->heap_index = FAR_INDEX(fk);
         fk++;
     }
     h->far.pos = 0;
@@ -1186,22 +1209,25 @@ FN(check)(const HEAP *h)
     /* The far run: sorted, its last key at least every entry's, no
      * deferred slot in it, its array slots counted. */
     lazy = 0;
-    prev = NULL;
+    SLOT fprev = {0};
+    bool have_prev = false;
     for (uint32_t i = h->far.pos; i < h->far.n; i++) {
-        const SLOT *e = &h->far.v[i];
-        if (DETACHED(*e)) {
+        struct chime_task *t = h->far.v[i];
+        if (FAR_DEAD(t)) {
             lazy++;
             continue;
         }
-        if (e->task->heap_index != FAR_INDEX(i) ||
-            !(e->task->flags & CHIME_TF_INHEAP) ||
-            (e->task->flags & CHIME_TF_DEFER) ||
-            (prev != NULL && FN(slot_less)(e, prev)) ||
-            e->deadline > h->far_last ||
-            (e->deadline == h->far_last &&
-             (int32_t)(e->task->seq - h->far_seq) > 0))
+        SLOT e = FN(far_slot)(t);
+        if (t->heap_index != FAR_INDEX(i) || !(t->flags & CHIME_TF_INHEAP) ||
+            (t->flags & CHIME_TF_DEFER) ||
+            chime__task_kind(t) != CHIME_KIND_ONESHOT ||
+            (have_prev && FN(slot_less)(&e, &fprev)) ||
+            e.deadline > h->far_last ||
+            (e.deadline == h->far_last &&
+             (int32_t)(t->seq - h->far_seq) > 0))
             return -1;
-        prev = e;
+        fprev = e;
+        have_prev = true;
     }
     if (lazy != h->far_lazy || h->far.n > h->far.cap ||
         (h->far.n != h->far.pos && !h->near_on) ||
@@ -1224,6 +1250,7 @@ FN(check)(const HEAP *h)
 #undef NEAR_MAX
 #undef RUN_MASK
 #undef TOMB
+#undef FAR_DEAD
 #undef FAR_INDEX
 #undef FAR_I
 #undef FAR_MAX

@@ -89,7 +89,8 @@ struct chime_task {
     union {
         int64_t period;         /* periodic kinds: immutable */
         int64_t defer_deadline; /* pool one-shot, queued with
-                                   CHIME_TF_DEFER */
+                                   CHIME_TF_DEFER, or in the heap's far
+                                   run (heap.h): its real deadline */
         _Atomic int64_t activity; /* loop one-shot: the last activity
                                      (arming, re-arm, chime_task_touch:
                                      relaxed, any thread); its timer is
