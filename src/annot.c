@@ -3,7 +3,7 @@
  *
  * Design notes
  * - Few tasks carry any of these, and none of them is on the hot path of
- *   an unannotated task: the task stays 48 bytes, and its only cost is one
+ *   an unannotated task: the task stays 40 bytes, and its only cost is one
  *   bit of its reference word (CHIME_REF_ANNOT), read where its node is
  *   freed (chime__node_dispose, task.h).
  * - The table is striped: 64 independent hash tables, each under its own

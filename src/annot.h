@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Task annotations (annot.c): what a few tasks carry and the 48-byte task
+/* Task annotations (annot.c): what a few tasks carry and the 40-byte task
  * has no room for (its label, the group it was last added to, its jitter),
  * kept in a side table keyed by the task's address. A task with a record
  * has CHIME_REF_ANNOT in its reference word; whoever frees the node drops

@@ -103,7 +103,7 @@ cancel_fast(struct chime_task *t)
 {
     if (t->loop_id != 0 || chime__task_kind(t) != CHIME_KIND_ONESHOT)
         return 1;
-    struct chime_pool *p = t->pool;
+    struct chime_pool *p = chime__task_pool(t);
     if (!atomic_load_explicit(&p->iopen, memory_order_relaxed) ||
         !atomic_load_explicit(&p->remove_on_cancel, memory_order_relaxed))
         return 1;
@@ -146,7 +146,7 @@ lock_live(struct chime_task *t, struct chime_loop **l)
      * touching it. */
     if (chime__state_is_final(chime__task_state(t)))
         return -EALREADY;
-    struct chime_pool *p = t->pool;
+    struct chime_pool *p = chime__task_pool(t);
     if (CHIME_FORKED(p))
         return -ECHILD;
     /* A loop task's states move under its binding's lock only; the
@@ -172,14 +172,14 @@ chime_task_cancel(chime_task *t, unsigned flags)
     int st = chime__task_state(t);
     if (chime__state_is_final(st))
         return -EALREADY; /* the pool may be gone: not touched */
-    if (st == CHIME_TASK_PENDING && !CHIME_FORKED(t->pool) &&
+    if (st == CHIME_TASK_PENDING && !CHIME_FORKED(chime__task_pool(t)) &&
         cancel_fast(t) == 0)
         return 0;
     struct chime_loop *l;
     int rc = lock_live(t, &l);
     if (rc != 0)
         return rc;
-    struct chime_pool *p = t->pool;
+    struct chime_pool *p = chime__task_pool(t);
     struct chime_task *garbage = NULL;
     if (l) {
         rc = chime__loop_cancel_locked(l, t, flags, false, &garbage);
@@ -230,12 +230,12 @@ rearm(chime_task *t, int64_t delay_ns, bool pending_only)
     if (rc != 0)
         return rc;
     if (pending_only && chime__task_state(t) != CHIME_TASK_PENDING) {
-        pthread_mutex_unlock(l ? &l->mu : &t->pool->mu);
+        pthread_mutex_unlock(l ? &l->mu : &chime__task_pool(t)->mu);
         return -EBUSY;
     }
     if (t->flags & CHIME_TF_JITTER)
         chime__jitter_rearmed(t); /* exact: the grid starts from it */
-    struct chime_pool *p = t->pool;
+    struct chime_pool *p = chime__task_pool(t);
     struct chime_task *garbage = NULL;
     if (l) {
         size_t held = l->tasks;
@@ -328,7 +328,7 @@ chime_task_set_missed_tick(chime_task *t, chime_missed_tick policy)
         return rc;
     t->flags = (uint8_t)((t->flags & ~CHIME_TF_MISSED) |
                          ((unsigned)policy << 5));
-    pthread_mutex_unlock(l ? &l->mu : &t->pool->mu);
+    pthread_mutex_unlock(l ? &l->mu : &chime__task_pool(t)->mu);
     return 0;
 }
 
@@ -346,7 +346,7 @@ chime_task_set_jitter(chime_task *t, int64_t max_ns, double fraction,
     int rc = lock_live(t, &l); /* flags and the record's jitter fields */
     if (rc != 0)
         return rc;
-    struct chime_pool *p = t->pool;
+    struct chime_pool *p = chime__task_pool(t);
     pthread_mutex_t *mu = l ? &l->mu : &p->mu;
     /* The pending run moves only if it waits in its queue. */
     if ((flags & CHIME_JITTER_NOW) &&
@@ -404,7 +404,7 @@ touch_check(chime_task *t)
         return -EINVAL;
     if (chime__state_is_final(chime__task_state(t)))
         return -EALREADY;
-    if (CHIME_FORKED(t->pool))
+    if (CHIME_FORKED(chime__task_pool(t)))
         return -ECHILD;
     return 0;
 }
@@ -418,7 +418,7 @@ touch_check(chime_task *t)
 static void
 touched_back(chime_task *t)
 {
-    struct chime_pool *p = t->pool;
+    struct chime_pool *p = chime__task_pool(t);
     if (p->clock == NULL)
         return;
     struct chime_loop *l = chime__task_loop(t);
@@ -452,7 +452,7 @@ chime_task_touch(chime_task *t)
      * but it can lag by more than its resolution (7.4 ms against a 4 ms
      * tick, measured on a tickless VM), which would let an idle timeout
      * run early. */
-    touch_store(t, chime__pool_now(t->pool));
+    touch_store(t, chime__pool_now(chime__task_pool(t)));
     return 0;
 }
 

@@ -81,7 +81,8 @@ chime__task_init(struct chime_task *t, struct chime_pool *pool,
 {
     t->fn = fn;
     t->arg = arg;
-    t->pool = pool;
+    CHIME_ASSERT(chime__task_pool(t) == pool);
+    (void)pool;
     t->period = period;
     t->run_deadline = 0; /* also clears result */
     t->heap_index = CHIME_HEAP_NONE;
@@ -152,7 +153,7 @@ chime__completed_locked(struct chime_pool *p, struct chime_task *t, int state)
 void
 chime__drop_locked(struct chime_task *t, struct chime_task **garbage)
 {
-    CHIME_ASSERT_HELD(&t->pool->mu);
+    CHIME_ASSERT_HELD(&chime__task_pool(t)->mu);
     uint32_t old = chime__task_refs_and(t, ~CHIME_REF_POOL);
     CHIME_ASSERT(old & CHIME_REF_POOL);
     if ((old & CHIME_REF_HANDLES) == 0) {
@@ -196,14 +197,14 @@ chime__cancelled_locked(struct chime_pool *p, struct chime_task *t,
 static inline void
 batch_add(struct chime_free_batch *b, struct chime_task *t)
 {
-    if (chime__task_loop(t) != NULL || (b->p != NULL && t->pool != b->p)) {
+    if (chime__task_loop(t) != NULL || (b->p != NULL && chime__task_pool(t) != b->p)) {
         chime__free_batch_flush(b);
         if (chime__task_loop(t) != NULL) {
             chime__task_free(t);
             return;
         }
     }
-    b->p = t->pool;
+    b->p = chime__task_pool(t);
     if (atomic_load_explicit(&t->refs, memory_order_relaxed) &
         CHIME_REF_POOLREF)
         b->unrefs++;
@@ -290,7 +291,7 @@ chime__task_free(struct chime_task *t)
         if (open)
             return;
     }
-    struct chime_pool *p = t->pool;
+    struct chime_pool *p = chime__task_pool(t);
     bool had_ref = atomic_load_explicit(&t->refs, memory_order_relaxed) &
                    CHIME_REF_POOLREF;
     chime__slab_free(&p->slab, t);

@@ -41,7 +41,7 @@ typedef struct chime_heap_slot {
 } chime_heap_slot;
 
 /* A binding's timer slot (timers.c): the deadline, the task and its
- * timeout, which touch needs and the 48-byte task has no room for. */
+ * timeout, which touch needs and the 40-byte task has no room for. */
 typedef struct chime_theap_slot {
     int64_t deadline;
     struct chime_task *task;

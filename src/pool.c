@@ -117,7 +117,7 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     }
     p->wall_clock = opts->wall_clock;
     p->wall_clock_ctx = opts->wall_clock_ctx;
-    chime__slab_init(&p->slab);
+    chime__slab_init(&p->slab, p);
     chime__list_init(&p->workers);
     chime__list_init(&p->loops);
     chime__list_init(&p->closed_loops);
@@ -368,7 +368,7 @@ chime_pool_remove(chime_pool *p, chime_task *t)
         return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
-    if (t->pool != p)
+    if (chime__task_pool(t) != p)
         return -ENOENT;
     struct chime_task *garbage = NULL;
     int rc = -ENOENT;
@@ -426,7 +426,7 @@ chime_pool_remove(chime_pool *p, chime_task *t)
 bool
 chime_pool_contains(chime_pool *p, chime_task *t)
 {
-    if (p == NULL || t == NULL || t->pool != p)
+    if (p == NULL || t == NULL || chime__task_pool(t) != p)
         return false;
     if (CHIME_FORKED(p))
         return false;

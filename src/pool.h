@@ -378,7 +378,8 @@ chime__task_loop(const struct chime_task *t)
     if (t->loop_id == 0)
         return NULL;
     unsigned i = t->loop_id - 1u;
-    return t->pool->loop_dir[i / CHIME_LOOP_CHUNK][i % CHIME_LOOP_CHUNK];
+    return chime__task_pool(t)
+        ->loop_dir[i / CHIME_LOOP_CHUNK][i % CHIME_LOOP_CHUNK];
 }
 
 /* fork detection: bumped in every child by a pthread_atfork handler. */

@@ -2,14 +2,21 @@
 /* The task slab.
  *
  * Design notes
- * - Tasks are 48-byte nodes carved from chunks of SLAB_CHUNK_TASKS: no
- *   allocator header per task, and allocation is a pointer pop under the
- *   pool lock (the owner's free list).
+ * - Tasks are 40-byte nodes carved from chunks of CHIME_SLAB_CHUNK (1 MiB)
+ *   aligned to their size: no allocator header per task, allocation is a
+ *   pointer pop under the pool lock (the owner's free list), and a task
+ *   finds its pool from its address (chime__slab_owner: the chunk's
+ *   header), so the task itself holds no pool pointer.
+ * - A chunk is carved SLAB_CARVE nodes at a time (its pages mapped as they
+ *   are carved), so a small pool touches some 40 KiB of its chunk, not all
+ *   of it. The allocation behind a chunk is twice its size, to align it;
+ *   the part of it that is never carved is never touched, so it is
+ *   address space, not memory.
  * - A node is freed without any lock onto the remote stack (CAS push);
  *   the owner takes that stack whole (exchange, so no ABA) when its own
  *   list runs dry. Other consumers (the submission inbox, inbox.c) take
- *   it whole the same way, without the lock (chime__slab_take); a new
- *   chunk joins the chunk list by CAS, so that needs no lock either.
+ *   it whole the same way, without the lock (chime__slab_take); carving
+ *   takes a spinlock held for a few stores, once per SLAB_CARVE nodes.
  * - The chunks go with the pool's memory (chime__slab_destroy from the
  *   pool's last reference), which every task holding a handle keeps alive.
  * - Free nodes keep the free-list link in their first word; under ASan the
@@ -17,34 +24,38 @@
  *   although its memory is only recycled.
  */
 #include "slab.h"
+#include "spin.h"
 #include "task.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define SLAB_CHUNK_TASKS 1024u
+#define SLAB_CARVE 1024u
+#define NODE sizeof(struct chime_task)
 
 void
-chime__slab_init(struct chime_slab *s)
+chime__slab_init(struct chime_slab *s, void *owner)
 {
     s->free = NULL;
-    CHIME_HB_ATOMIC(&s->chunks);
-    atomic_init(&s->chunks, NULL);
+    s->owner = owner;
     CHIME_HB_ATOMIC(&s->remote);
     atomic_init(&s->remote, NULL);
+    atomic_init(&s->carve_lock, 0);
+    s->carve_at = s->carve_end = NULL;
+    s->chunks = NULL;
 }
 
-/* The chunk's pages are about to be written node by node: one call maps
- * them all instead of a page fault per page (a dozen per chunk; a pool
- * that grows by a million tasks took 12,000 faults). Best effort: a
+/* The nodes' pages are about to be written node by node: one call maps
+ * them all instead of a page fault per page (a dozen per 1024 nodes; a
+ * pool that grows by a million tasks took 12,000 faults). Best effort: a
  * kernel without MADV_POPULATE_WRITE (before 5.14) faults them as before. */
 static void
 prefault(void *c, size_t size)
 {
 #ifdef MADV_POPULATE_WRITE
-    /* Read from the auxiliary vector, no system call: once per chunk of
-     * 1024 tasks. (A cached copy would be a static that threads adding
-     * chunks at once, without a lock, race on.) */
+    /* Read from the auxiliary vector, no system call: once per 1024
+     * nodes. (A cached copy would be a static that threads carving at
+     * once, without a lock, race on.) */
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t mask = ~((uintptr_t)page - 1);
     uintptr_t lo = ((uintptr_t)c + (uintptr_t)page - 1) & mask;
@@ -57,31 +68,53 @@ prefault(void *c, size_t size)
 #endif
 }
 
-/* A new chunk's nodes as a free list, or NULL if no memory. The chunk
- * joins the chunk list by CAS: any thread, no lock. */
-static struct chime_task *
-new_chunk(struct chime_slab *s)
+/* A new chunk as the one being carved (carve_lock held): false if no
+ * memory. */
+static bool
+new_chunk_locked(struct chime_slab *s)
 {
-    size_t size = sizeof(struct chime_task) * (SLAB_CHUNK_TASKS + 1);
-    struct chime_task *c = chime__malloc(size);
-    if (c == NULL)
+    char *raw = chime__malloc(2 * CHIME_SLAB_CHUNK);
+    if (raw == NULL)
+        return false;
+    uintptr_t base = ((uintptr_t)raw + CHIME_SLAB_CHUNK - 1) &
+                     ~(CHIME_SLAB_CHUNK - 1);
+    struct chime_slab_chunk *c = (struct chime_slab_chunk *)base;
+    c->raw = raw;
+    c->owner = s->owner;
+    c->next = s->chunks;
+    s->chunks = c;
+    s->carve_at = (char *)base + NODE; /* the header's place */
+    s->carve_end = (char *)base + CHIME_SLAB_CHUNK;
+    return true;
+}
+
+/* New nodes as a free list, or NULL if no memory. Any thread, no lock. */
+static struct chime_task *
+carve(struct chime_slab *s)
+{
+    chime__spin_lock(&s->carve_lock);
+    if ((s->carve_at == NULL ||
+         (size_t)(s->carve_end - s->carve_at) < NODE) &&
+        !new_chunk_locked(s)) {
+        chime__spin_unlock(&s->carve_lock);
         return NULL;
-    prefault(c, size);
+    }
+    size_t n = (size_t)(s->carve_end - s->carve_at) / NODE;
+    if (n > SLAB_CARVE)
+        n = SLAB_CARVE;
+    char *at = s->carve_at;
+    s->carve_at += n * NODE;
+    chime__spin_unlock(&s->carve_lock);
+    prefault(at, n * NODE);
     struct chime_task *t = NULL;
-    for (unsigned i = SLAB_CHUNK_TASKS; i >= 1; i--) {
-        *chime__node_link(&c[i]) = t;
-        t = &c[i];
+    for (size_t i = n; i-- > 0;) {
+        struct chime_task *c = (struct chime_task *)(void *)(at + i * NODE);
+        *chime__node_link(c) = t;
+        t = c;
         /* Defined for chime__node_dispose, which reads it at every free. */
         atomic_init(&t->refs, 0);
         chime__node_freed(t);
     }
-    /* Its first word links the chunk list. */
-    void *head = atomic_load_explicit(&s->chunks, memory_order_relaxed);
-    do
-        *(void **)c = head;
-    while (!atomic_compare_exchange_weak_explicit(
-        &s->chunks, &head, (void *)c, memory_order_release,
-        memory_order_relaxed));
     return t;
 }
 
@@ -111,7 +144,7 @@ chime__slab_take(struct chime_slab *s)
         t = atomic_exchange_explicit(&s->remote, NULL, memory_order_acquire);
         CHIME_HB_AFTER(&s->remote);
     }
-    return t != NULL ? t : new_chunk(s);
+    return t != NULL ? t : carve(s);
 }
 
 void
@@ -145,13 +178,14 @@ chime__slab_free(struct chime_slab *s, struct chime_task *t)
 void
 chime__slab_destroy(struct chime_slab *s)
 {
-    void *c = atomic_load_explicit(&s->chunks, memory_order_relaxed);
+    struct chime_slab_chunk *c = s->chunks;
     while (c) {
-        void *next = *(void **)c;
-        chime__free(c);
+        struct chime_slab_chunk *next = c->next;
+        chime__free(c->raw);
         c = next;
     }
-    atomic_store_explicit(&s->chunks, NULL, memory_order_relaxed);
+    s->chunks = NULL;
+    s->carve_at = s->carve_end = NULL;
     s->free = NULL;
     atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
 }

@@ -1,27 +1,55 @@
 /* SPDX-License-Identifier: MIT */
-/* The task slab (slab.c): 48-byte task nodes carved from chunks. */
+/* The task slab (slab.c): 40-byte task nodes carved from chunks. */
 #ifndef CHIME_SLAB_H
 #define CHIME_SLAB_H
 
 #include "common.h"
 
+#include <stdint.h>
+
 struct chime_task;
+
+/* Chunks are CHIME_SLAB_CHUNK bytes aligned to their size, so a node finds
+ * its chunk, and the chunk's owner (the pool), from its own address: the
+ * task needs no pointer of its own to its pool. The chunk's header takes
+ * the place of its first node. */
+#define CHIME_SLAB_CHUNK ((uintptr_t)1 << 20)
+
+struct chime_slab_chunk {
+    struct chime_slab_chunk *next; /* the slab's chunks (carve_lock) */
+    void *raw;                     /* the allocation that holds it */
+    void *owner;                   /* immutable: chime__slab_init's */
+};
+
+/* The owner of the slab that node (a node of any slab) came from. */
+static inline void *
+chime__slab_owner(const void *node)
+{
+    return ((const struct chime_slab_chunk *)((uintptr_t)node &
+                                               ~(CHIME_SLAB_CHUNK - 1)))
+        ->owner;
+}
 
 struct chime_slab {
     struct chime_task *free; /* the owner's lock: nodes to hand out */
     /* Nodes freed by any thread without a lock (a Treiber stack: pushed by
      * CAS, emptied whole by exchange, so no ABA). */
     _Atomic(struct chime_task *) remote;
-    /* Every chunk, linked by first word (pushed by CAS: chime__slab_take
-     * needs no lock; walked only by destroy). */
-    _Atomic(void *) chunks;
+    void *owner;
+    /* Carving new nodes (any thread; a spinlock held for a few stores,
+     * once per SLAB_CARVE nodes): the current chunk's unused part and
+     * every chunk (walked by destroy). */
+    _Atomic int carve_lock;
+    char *carve_at, *carve_end;
+    struct chime_slab_chunk *chunks;
 };
 
-void chime__slab_init(struct chime_slab *s);
+/* owner: what chime__slab_owner answers for this slab's nodes. */
+void chime__slab_init(struct chime_slab *s, void *owner);
 /* A node (uninitialised), or NULL if no memory. The caller holds the lock
  * that guards the slab's owner (the pool mutex). */
 struct chime_task *chime__slab_alloc_locked(struct chime_slab *s);
-/* Takes every node freed so far, or a new chunk's nodes if none was: a
+/* Takes every node freed so far, or new nodes if none was: a
  * list through the nodes' first word (poisoned as free nodes are), or NULL
  * if no memory. Any thread, no lock. */
 struct chime_task *chime__slab_take(struct chime_slab *s);

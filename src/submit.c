@@ -52,7 +52,7 @@ run_in_caller(struct chime_pool *p, struct chime_task *t)
 static bool
 caller_may_run_locked(struct chime_task *t)
 {
-    CHIME_ASSERT_HELD(&t->pool->mu);
+    CHIME_ASSERT_HELD(&chime__task_pool(t)->mu);
     struct chime_loop *l = chime__task_loop(t);
     if (l == NULL)
         return true;

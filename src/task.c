@@ -44,7 +44,7 @@ chime_task_retain(chime_task *t)
         !(atomic_fetch_or_explicit(&t->refs, CHIME_REF_POOLREF,
                                    memory_order_relaxed) &
           CHIME_REF_POOLREF))
-        chime__pool_ref(t->pool);
+        chime__pool_ref(chime__task_pool(t));
     return t;
 }
 
@@ -140,7 +140,7 @@ chime_task_remaining(chime_task *t)
 {
     if (t == NULL || chime__state_is_final(chime__task_state(t)))
         return 0;
-    struct chime_pool *p = t->pool;
+    struct chime_pool *p = chime__task_pool(t);
     if (CHIME_FORKED(p))
         return 0;
     struct chime_loop *l = chime__task_loop(t);
@@ -197,10 +197,10 @@ wait_place(struct chime_task *t, struct wait_place *w)
         w->loop_waiters = &l->waiters;
         w->pool_waiters = NULL;
     } else {
-        w->mu = &t->pool->mu;
-        w->cv = &t->pool->done_cv;
+        w->mu = &chime__task_pool(t)->mu;
+        w->cv = &chime__task_pool(t)->done_cv;
         w->loop_waiters = NULL;
-        w->pool_waiters = &t->pool->waiters;
+        w->pool_waiters = &chime__task_pool(t)->waiters;
     }
 }
 
@@ -247,7 +247,7 @@ chime_task_wait(chime_task *t, int64_t timeout_ns, void **result)
         return outcome(t, st, result);
     if (chime__current_task() == t)
         return -EDEADLK;
-    struct chime_pool *p = t->pool;
+    struct chime_pool *p = chime__task_pool(t);
     /* In a forked child nothing will ever complete an inherited task: say
      * so, even to a poll, as every pool and binding call does. */
     if (CHIME_FORKED(p))
@@ -282,7 +282,7 @@ chime_task_sleep(chime_task *t, int64_t ns)
 {
     if (t == NULL)
         return -EINVAL;
-    struct chime_pool *p = t->pool;
+    struct chime_pool *p = chime__task_pool(t);
     if (CHIME_FORKED(p))
         return -ECHILD;
     struct timespec ts =

@@ -6,6 +6,7 @@
 
 #include "annot.h"
 #include "common.h"
+#include "slab.h"
 
 struct chime_pool;
 
@@ -77,15 +78,13 @@ enum {
 #define CHIME_REF_ANNOT (UINT32_C(1) << 26)
 #define CHIME_REF_HANDLES (CHIME_REF_ANNOT - 1)
 
-/* 48 bytes. Fields that are needed in different phases of a task's life
- * share storage (see the unions); a queued task's deadline lives only in its
- * heap slot or ring entry. */
+/* 40 bytes. Fields that are needed in different phases of a task's life
+ * share storage (see the unions); a queued task's deadline lives in its
+ * heap slot or ring entry (in the far run: defer_deadline). Its pool is
+ * not a field: chime__task_pool finds it from the task's slab chunk. */
 struct chime_task {
     chime_task_fn fn;        /* immutable */
     void *arg;               /* immutable */
-    struct chime_pool *pool; /* immutable; never dereferenced once the task
-                                has completed unless it holds a pool
-                                reference (the pool may be gone) */
     union {
         int64_t period;         /* periodic kinds: immutable */
         int64_t defer_deadline; /* pool one-shot, queued with
@@ -119,6 +118,15 @@ struct chime_task {
     uint16_t loop_id;      /* immutable: 0, or 1 + the binding's slot in
                               pool->loop_table */
 };
+
+/* The pool a task belongs to (its slab chunk's owner: slab.h). Never
+ * dereferenced once the task has completed unless it holds a pool
+ * reference (the pool may be gone). */
+static inline struct chime_pool *
+chime__task_pool(const struct chime_task *t)
+{
+    return (struct chime_pool *)chime__slab_owner(t);
+}
 
 static inline int
 chime__task_state(const struct chime_task *t)
