@@ -27,6 +27,8 @@
 #ifndef CHIME_HEAP_H
 #define CHIME_HEAP_H
 
+#include "slab.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -75,9 +77,11 @@ typedef struct chime_theap_slot {
  * entries keep array room reserved (as bucket entries do), so moving one
  * out (a re-key) never fails. Entry: CHIME_NEAR_FLAG | CHIME_FAR_BIT |
  * position. A push the far run cannot take goes to the array as before.
- * An entry is the task's address alone (8 bytes, not a 16-byte slot): it
- * takes one-shots only, not deferred ones, whose defer_deadline (a
- * one-shot's period field, unused while it is queued) holds the deadline. */
+ * An entry is the task's slab handle alone (4 bytes, not a 16-byte slot:
+ * slab.h): it takes one-shots only, not deferred ones, whose
+ * defer_deadline (a one-shot's period field, unused while it is queued)
+ * holds the deadline; and only tasks of the slab that
+ * chime__heap_near_enable named (the pool's). */
 #define CHIME_FAR_BIT UINT32_C(0x20000000)
 
 #define CHIME_HEAP_DECLARE(HEAP, SLOT, FN)                                     \
@@ -104,10 +108,11 @@ typedef struct chime_theap_slot {
         SLOT *scratch;     /* the bucket sort's buffer */                      \
         uint32_t scratch_cap;                                                  \
         struct {                                                               \
-            struct chime_task **v; /* a task's key: defer_deadline, seq */   \
+            uint32_t *v; /* slab handles; the key: defer_deadline, seq */    \
             uint32_t pos, n, cap; /* entries [pos, n), tombstones incl. */     \
         } far;                                                                 \
         SLOT far_key; /* its front as a slot (valid until it changes) */       \
+        const struct chime_slab *far_slab; /* its entries' slab */             \
         uint32_t far_lazy;  /* tombstones in the far run */                    \
         uint32_t far_seq;   /* the key of its last entry: deadline, seq */     \
         int64_t far_last;                                                      \
@@ -173,8 +178,10 @@ void chime__heap_detach(chime_heap *h, struct chime_task *t);
 struct chime_task *chime__heap_run_due(chime_heap *h, int64_t now,
                                        int64_t *deadline);
 void chime__heap_run_take(chime_heap *h);
-/* The pool's heap only: use the near window from now on. */
-void chime__heap_near_enable(chime_heap *h);
+/* The pool's heap only: use the near window from now on, and the far run
+ * for tasks of slab (the pool's: its entries are handles of that slab's
+ * nodes). */
+void chime__heap_near_enable(chime_heap *h, const struct chime_slab *slab);
 
 /* Tasks queued (cancelled ones that were detached not counted). */
 static inline uint32_t

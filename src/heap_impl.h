@@ -131,6 +131,7 @@ FN(init)(HEAP *h)
     h->scratch = NULL;
     h->scratch_cap = 0;
     memset(&h->far, 0, sizeof(h->far));
+    h->far_slab = NULL;
     h->far_lazy = 0;
     h->far_seq = 0;
     h->far_last = INT64_MIN;
@@ -241,8 +242,15 @@ FN(in_far)(const struct chime_task *t)
     return (t->heap_index & FAR_KIND) == (CHIME_NEAR_FLAG | CHIME_FAR_BIT);
 }
 
-/* A far entry: a task, or a tombstone (TOMB). */
-#define FAR_DEAD(e) (((uintptr_t)(e)&1u) != 0)
+/* A far entry: a task's slab handle, or a tombstone. */
+#define FAR_TOMB CHIME_SLAB_NO_HANDLE
+#define FAR_DEAD(e) ((e) == FAR_TOMB)
+
+static inline struct chime_task *
+FN(far_task)(const HEAP *h, uint32_t e)
+{
+    return (struct chime_task *)chime__slab_node(h->far_slab, e);
+}
 
 /* The key of a live far entry: its deadline is the task's (heap.h). */
 static inline SLOT
@@ -266,7 +274,7 @@ FN(far_front)(HEAP *h)
         h->far_lazy--;
     }
     if (h->far.pos < h->far.n) {
-        h->far_key = FN(far_slot)(h->far.v[h->far.pos]);
+        h->far_key = FN(far_slot)(FN(far_task)(h, h->far.v[h->far.pos]));
         return &h->far_key;
     }
     h->far.pos = h->far.n = 0;
@@ -279,8 +287,9 @@ static void
 FN(far_tomb)(HEAP *h, struct chime_task *t)
 {
     uint32_t i = FAR_I(t->heap_index);
-    CHIME_ASSERT(i >= h->far.pos && i < h->far.n && h->far.v[i] == t);
-    h->far.v[i] = TOMB;
+    CHIME_ASSERT(i >= h->far.pos && i < h->far.n &&
+                 FN(far_task)(h, h->far.v[i]) == t);
+    h->far.v[i] = FAR_TOMB;
     h->far_lazy++;
     if (i == h->far.pos)
         (void)FN(far_front)(h); /* cancels in deadline order: no filter */
@@ -290,11 +299,10 @@ FN(far_tomb)(HEAP *h, struct chime_task *t)
 static void
 FN(far_take)(HEAP *h)
 {
-    struct chime_task *t = h->far.v[h->far.pos];
+    struct chime_task *t = FN(far_task)(h, h->far.v[h->far.pos]);
     uint32_t ahead = h->far.pos + 16;
-    if (ahead < h->far.n)
-        __builtin_prefetch(
-            (void *)((uintptr_t)h->far.v[ahead] & ~(uintptr_t)1), 1);
+    if (ahead < h->far.n && !FAR_DEAD(h->far.v[ahead]))
+        __builtin_prefetch(FN(far_task)(h, h->far.v[ahead]), 1);
     h->far.pos++;
     t->heap_index = CHIME_HEAP_NONE;
     t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
@@ -309,11 +317,16 @@ static SLOT *FN(front)(HEAP *h);
 static int
 FN(far_push)(HEAP *h, struct chime_task *t, int64_t deadline)
 {
-    if (!h->near_on || (t->flags & CHIME_TF_DEFER) ||
+    if (!h->near_on || h->far_slab == NULL ||
+        (t->flags & CHIME_TF_DEFER) ||
         chime__task_kind(t) != CHIME_KIND_ONESHOT ||
         (deadline >> CHIME_NEAR_SHIFT) - h->near_cur <
             (int64_t)CHIME_NEAR_SLOTS)
         return 1;
+    CHIME_ASSERT(chime__slab_owner(t) == h->far_slab->owner);
+    uint32_t e = chime__slab_handle(t);
+    if (e == CHIME_SLAB_NO_HANDLE)
+        return 1; /* past the numbered chunks */
     if (FN(far_front)(h) != NULL) {
         if (deadline < h->far_last ||
             (deadline == h->far_last &&
@@ -331,10 +344,10 @@ FN(far_push)(HEAP *h, struct chime_task *t, int64_t deadline)
              * per entry; each live task learns its new position). */
             uint32_t k = 0;
             for (uint32_t i = h->far.pos; i < h->far.n; i++, k++) {
-                struct chime_task *e = h->far.v[i];
+                uint32_t e = h->far.v[i];
                 h->far.v[k] = e;
                 if (!FAR_DEAD(e))
-                    e->heap_index = FAR_INDEX(k);
+                    FN(far_task)(h, e)->heap_index = FAR_INDEX(k);
             }
             h->far.pos = 0;
             h->far.n = k;
@@ -342,7 +355,7 @@ FN(far_push)(HEAP *h, struct chime_task *t, int64_t deadline)
             if (h->far.cap >= FAR_MAX / 2)
                 return 1;
             uint32_t ncap = h->far.cap ? h->far.cap * 2 : 256;
-            struct chime_task **nv =
+            uint32_t *nv =
                 chime__realloc(h->far.v, (size_t)ncap * sizeof(*nv));
             if (nv == NULL)
                 return 1;
@@ -354,7 +367,7 @@ FN(far_push)(HEAP *h, struct chime_task *t, int64_t deadline)
     if (FN(reserve_n)(h, CHIME_HEAP_USED(h) + 1) != 0)
         return 1;
     uint32_t i = h->far.n++;
-    h->far.v[i] = t;
+    h->far.v[i] = e;
     t->defer_deadline = deadline;
     h->far_last = deadline;
     h->far_seq = t->seq;
@@ -604,9 +617,10 @@ FN(open_as_run)(HEAP *h, uint32_t b)
 }
 
 void
-FN(near_enable)(HEAP *h)
+FN(near_enable)(HEAP *h, const struct chime_slab *slab)
 {
     h->near_on = true;
+    h->far_slab = slab;
 }
 
 /* Into the bucket of its slot if the slot is in the window: returns 0,
@@ -835,10 +849,10 @@ FN(run_due)(HEAP *h, int64_t now, int64_t *deadline)
     if (h->len != 0 && !FN(slot_less)(f, &h->slots[0]))
         return NULL;
     if (h->far.pos < h->far.n) {
-        struct chime_task *e = h->far.v[h->far.pos];
+        uint32_t e = h->far.v[h->far.pos];
         if (FAR_DEAD(e))
             return NULL; /* the far run may come first: a full look */
-        SLOT k = FN(far_slot)(e);
+        SLOT k = FN(far_slot)(FN(far_task)(h, e));
         if (FN(slot_less)(&k, f))
             return NULL;
     }
@@ -881,7 +895,8 @@ FN(deadline)(const HEAP *h, const struct chime_task *t)
     }
     if (FN(in_far)(t)) {
         uint32_t i = FAR_I(t->heap_index);
-        CHIME_ASSERT(i >= h->far.pos && i < h->far.n && h->far.v[i] == t);
+        CHIME_ASSERT(i >= h->far.pos && i < h->far.n &&
+                     FN(far_task)(h, h->far.v[i]) == t);
         (void)i;
         return t->defer_deadline;
     }
@@ -1038,8 +1053,10 @@ FN(each)(const HEAP *h,
                 fn(h->run[r].v[i].task, h->run[r].v[i].deadline, ctx);
     }
     for (uint32_t i = h->far.pos; i < h->far.n; i++)
-        if (!FAR_DEAD(h->far.v[i]))
-            fn(h->far.v[i], h->far.v[i]->defer_deadline, ctx);
+        if (!FAR_DEAD(h->far.v[i])) {
+            struct chime_task *t = FN(far_task)(h, h->far.v[i]);
+            fn(t, t->defer_deadline, ctx);
+        }
 #endif
 }
 
@@ -1128,18 +1145,19 @@ FN(filter)(HEAP *h,
      * uncounted, as a run's). */
     uint32_t fk = 0;
     for (uint32_t i = h->far.pos; i < h->far.n; i++) {
-        struct chime_task *e = h->far.v[i];
+        uint32_t e = h->far.v[i];
         if (FAR_DEAD(e)) {
             h->far_lazy--;
             continue;
         }
-        if (drop != NULL && drop(e, e->defer_deadline, ctx)) {
-            FN(hand_out)(e, removed);
+        struct chime_task *t = FN(far_task)(h, e);
+        if (drop != NULL && drop(t, t->defer_deadline, ctx)) {
+            FN(hand_out)(t, removed);
             gone++;
             continue;
         }
         h->far.v[fk] = e;
-        e->heap_index = FAR_INDEX(fk);
+        t->heap_index = FAR_INDEX(fk);
         fk++;
     }
     h->far.pos = 0;
@@ -1212,11 +1230,13 @@ FN(check)(const HEAP *h)
     SLOT fprev = {0};
     bool have_prev = false;
     for (uint32_t i = h->far.pos; i < h->far.n; i++) {
-        struct chime_task *t = h->far.v[i];
-        if (FAR_DEAD(t)) {
+        if (FAR_DEAD(h->far.v[i])) {
             lazy++;
             continue;
         }
+        struct chime_task *t = FN(far_task)(h, h->far.v[i]);
+        if (chime__slab_handle(t) != h->far.v[i])
+            return -1;
         SLOT e = FN(far_slot)(t);
         if (t->heap_index != FAR_INDEX(i) || !(t->flags & CHIME_TF_INHEAP) ||
             (t->flags & CHIME_TF_DEFER) ||
@@ -1251,6 +1271,7 @@ FN(check)(const HEAP *h)
 #undef RUN_MASK
 #undef TOMB
 #undef FAR_DEAD
+#undef FAR_TOMB
 #undef FAR_INDEX
 #undef FAR_I
 #undef FAR_MAX

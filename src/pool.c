@@ -79,7 +79,7 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
         }
     }
     chime__heap_init(&p->heap);
-    chime__heap_near_enable(&p->heap);
+    chime__heap_near_enable(&p->heap, &p->slab);
     p->run_state = CHIME_POOL_RUNNING;
     p->core = opts->threads;
     p->max_pending = opts->max_pending;

@@ -9,7 +9,11 @@
  *   header), so the task itself holds no pool pointer.
  * - A chunk is carved SLAB_CARVE nodes at a time (its pages mapped as they
  *   are carved), so a small pool touches some 40 KiB of its chunk, not all
- *   of it. The allocation behind a chunk is twice its size, to align it;
+ *   of it.
+ * - The first CHIME_SLAB_NAMED chunks are numbered (s->bases), so a node
+ *   has a 32-bit name, its handle: the chunk's number and the node's place
+ *   in it (slab.h). The pool heap's far run keeps handles, 4 bytes an
+ *   entry instead of an 8-byte pointer. The allocation behind a chunk is twice its size, to align it;
  *   the part of it that is never carved is never touched, so it is
  *   address space, not memory.
  * - A node is freed without any lock onto the remote stack (CAS push);
@@ -43,6 +47,8 @@ chime__slab_init(struct chime_slab *s, void *owner)
     atomic_init(&s->carve_lock, 0);
     s->carve_at = s->carve_end = NULL;
     s->chunks = NULL;
+    s->bases = NULL;
+    s->nbases = 0;
 }
 
 /* The nodes' pages are about to be written node by node: one call maps
@@ -81,6 +87,16 @@ new_chunk_locked(struct chime_slab *s)
     struct chime_slab_chunk *c = (struct chime_slab_chunk *)base;
     c->raw = raw;
     c->owner = s->owner;
+    /* Numbered while there is room in the bases (allocated with the
+     * first chunk; a chunk without a number works all the same, its nodes
+     * have no handle). */
+    if (s->bases == NULL)
+        s->bases = chime__malloc(CHIME_SLAB_NAMED * sizeof(*s->bases));
+    c->id = CHIME_SLAB_NO_HANDLE;
+    if (s->bases != NULL && s->nbases < CHIME_SLAB_NAMED) {
+        c->id = s->nbases;
+        s->bases[s->nbases++] = (char *)c;
+    }
     c->next = s->chunks;
     s->chunks = c;
     s->carve_at = (char *)base + NODE; /* the header's place */
@@ -185,6 +201,9 @@ chime__slab_destroy(struct chime_slab *s)
         c = next;
     }
     s->chunks = NULL;
+    chime__free(s->bases);
+    s->bases = NULL;
+    s->nbases = 0;
     s->carve_at = s->carve_end = NULL;
     s->free = NULL;
     atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);

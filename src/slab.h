@@ -19,16 +19,19 @@ struct chime_slab_chunk {
     struct chime_slab_chunk *next; /* the slab's chunks (carve_lock) */
     void *raw;                     /* the allocation that holds it */
     void *owner;                   /* immutable: chime__slab_init's */
+    uint32_t id; /* immutable: its number in the slab's bases, or
+                    UINT32_MAX (past CHIME_SLAB_NAMED: no handles) */
 };
 
+/* A node's handle: a 32-bit name for it within its slab (the heap's far
+ * run keeps 4-byte entries): its chunk's number and its offset there in
+ * 8-byte steps. The first CHIME_SLAB_NAMED chunks (4 GiB of nodes) are
+ * numbered; nodes of later chunks have no handle. */
+#define CHIME_SLAB_NAMED 4096u
+#define CHIME_SLAB_OFF_BITS 17 /* CHIME_SLAB_CHUNK / 8 */
+#define CHIME_SLAB_NO_HANDLE UINT32_MAX
+
 /* The owner of the slab that node (a node of any slab) came from. */
-static inline void *
-chime__slab_owner(const void *node)
-{
-    return ((const struct chime_slab_chunk *)((uintptr_t)node &
-                                               ~(CHIME_SLAB_CHUNK - 1)))
-        ->owner;
-}
 
 struct chime_slab {
     struct chime_task *free; /* the owner's lock: nodes to hand out */
@@ -42,7 +45,46 @@ struct chime_slab {
     _Atomic int carve_lock;
     char *carve_at, *carve_end;
     struct chime_slab_chunk *chunks;
+    /* The numbered chunks by number (CHIME_SLAB_NAMED entries, allocated
+     * with the first chunk): each entry is written once, under carve_lock,
+     * before any node of its chunk is handed out, so whoever holds a node
+     * may read its chunk's entry. */
+    char **bases;
+    uint32_t nbases;
 };
+
+static inline const struct chime_slab_chunk *
+chime__slab_chunk_of(const void *node)
+{
+    return (const struct chime_slab_chunk *)((uintptr_t)node &
+                                              ~(CHIME_SLAB_CHUNK - 1));
+}
+
+/* The handle of a node (CHIME_SLAB_NO_HANDLE if its chunk has none). */
+static inline uint32_t
+chime__slab_handle(const void *node)
+{
+    const struct chime_slab_chunk *c = chime__slab_chunk_of(node);
+    if (c->id == CHIME_SLAB_NO_HANDLE)
+        return CHIME_SLAB_NO_HANDLE;
+    return c->id << CHIME_SLAB_OFF_BITS |
+           (uint32_t)(((uintptr_t)node - (uintptr_t)c) >> 3);
+}
+
+/* The node of slab s named by handle h (from chime__slab_handle). */
+static inline void *
+chime__slab_node(const struct chime_slab *s, uint32_t h)
+{
+    return s->bases[h >> CHIME_SLAB_OFF_BITS] +
+           ((size_t)(h & ((UINT32_C(1) << CHIME_SLAB_OFF_BITS) - 1)) << 3);
+}
+
+/* The owner of the slab that node (a node of any slab) came from. */
+static inline void *
+chime__slab_owner(const void *node)
+{
+    return chime__slab_chunk_of(node)->owner;
+}
 
 /* owner: what chime__slab_owner answers for this slab's nodes. */
 void chime__slab_init(struct chime_slab *s, void *owner);

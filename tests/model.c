@@ -2787,7 +2787,9 @@ m_check_queue(m_rig *r)
     }
     /* The far run (heap.h): sorted, from its front. */
     for (uint32_t i = p->heap.far.pos; i < p->heap.far.n; i++)
-        m_note_queued(p, p->heap.far.v[i], where, due, &dup, &nlive);
+        if (p->heap.far.v[i] != CHIME_SLAB_NO_HANDLE)
+            m_note_queued(p, chime__slab_node(&p->slab, p->heap.far.v[i]),
+                          where, due, &dup, &nlive);
     /* The due ring (worker.c): due tasks no worker claimed yet are still
      * queued, in order after the heap's none (they were due first). */
     uint64_t dh = atomic_load(&p->due_head), dt = atomic_load(&p->due_tail);

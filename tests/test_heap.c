@@ -115,6 +115,31 @@ task_init(struct chime_task *t, int64_t deadline, uint64_t seq)
     t->heap_index = CHIME_HEAP_NONE;
 }
 
+/* The far run names its tasks by slab handles (slab.h): the near window's
+ * tests take their tasks from a slab. */
+static int slab_owner;
+
+static struct chime_task **
+slab_tasks(struct chime_slab *s, size_t n)
+{
+    chime__slab_init(s, &slab_owner);
+    struct chime_task **v = calloc(n, sizeof(*v));
+    cr_assert(v != NULL);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = chime__slab_alloc_locked(s);
+        cr_assert(v[i] != NULL);
+        memset(v[i], 0, sizeof(*v[i]));
+    }
+    return v;
+}
+
+static void
+slab_tasks_free(struct chime_slab *s, struct chime_task **v)
+{
+    chime__slab_destroy(s);
+    free(v);
+}
+
 /* Initialises h with t[0..n): t[i] due at first + i * step, seq i. */
 static void
 heap_of(chime_heap *h, struct chime_task *t, int n, int64_t first, int64_t step)
@@ -290,7 +315,8 @@ random_ops_near(const char *name, size_t steps, size_t max_len,
                               (INT64_C(1) << CHIME_NEAR_SHIFT);
     uint64_t seed = test_seed(name);
     uint64_t rs = seed;
-    struct chime_task *tasks = calloc(steps, sizeof(*tasks));
+    struct chime_slab slab;
+    struct chime_task **tasks = slab_tasks(&slab, steps);
     ref_set ref = {calloc(max_len, sizeof(struct chime_task *)), 0};
     cr_assert(tasks != NULL && ref.v != NULL);
     size_t used = 0;
@@ -299,7 +325,7 @@ random_ops_near(const char *name, size_t steps, size_t max_len,
     const int64_t slot = INT64_C(1) << CHIME_NEAR_SHIFT;
     chime_heap h;
     chime__heap_init(&h);
-    chime__heap_near_enable(&h);
+    chime__heap_near_enable(&h, &slab);
     uint64_t in_buckets = 0, in_runs = 0, in_far = 0, far_pops = 0;
     uint32_t max_runs = 0;
 
@@ -341,7 +367,7 @@ random_ops_near(const char *name, size_t steps, size_t max_len,
             op = 45; /* and a pop */
         }
         if (ref.n == 0 || (ref.n < max_len && op < 45)) {
-            struct chime_task *t = &tasks[used++];
+            struct chime_task *t = tasks[used++];
             int64_t d;
             unsigned c = (unsigned)(rng_next(&rs) % 8);
             if (far && c >= 2)
@@ -441,13 +467,13 @@ random_ops_near(const char *name, size_t steps, size_t max_len,
     /* No detached task was touched after its detach (a sift that wrote
      * its index, a filter that cleared its flags). */
     for (size_t i = 0; i < used; i++)
-        if (tasks[i].flags == 0xff)
-            cr_assert(tasks[i].heap_index == CHIME_HEAP_NONE &&
-                          tasks[i].seq == UINT32_MAX,
+        if (tasks[i]->flags == 0xff)
+            cr_assert(tasks[i]->heap_index == CHIME_HEAP_NONE &&
+                          tasks[i]->seq == UINT32_MAX,
                       "seed %" PRIu64 ": detached task %zu written", seed, i);
     chime__heap_free(&h);
     free(ref.v);
-    free(tasks);
+    slab_tasks_free(&slab, tasks);
 }
 
 /* ---- tests ------------------------------------------------------------- */
@@ -483,38 +509,40 @@ Test(heap, run_due_yields_to_an_earlier_far_front)
 {
     const int64_t slot = INT64_C(1) << CHIME_NEAR_SHIFT;
     const int64_t now0 = INT64_C(1) << 40, now1 = now0 + 300 * slot;
-    struct chime_task t[4]; /* x, a, a2, c */
+    struct chime_slab slab;
+    struct chime_task **t = slab_tasks(&slab, 4); /* x, a, a2, c */
     chime_heap h;
     chime__heap_init(&h);
-    chime__heap_near_enable(&h);
+    chime__heap_near_enable(&h, &slab);
     h.near_hint = now0;
-    task_init(&t[0], now0 + 2 * slot, 0);   /* a bucket */
-    task_init(&t[1], now0 + 200 * slot, 1); /* past the window */
-    task_init(&t[2], now0 + 201 * slot, 2);
+    task_init(t[0], now0 + 2 * slot, 0);   /* a bucket */
+    task_init(t[1], now0 + 200 * slot, 1); /* past the window */
+    task_init(t[2], now0 + 201 * slot, 2);
     for (int i = 0; i < 3; i++)
-        cr_assert_eq(heap_push(&h, &t[i]), 0);
-    cr_assert_eq(t[1].heap_index & (CHIME_NEAR_FLAG | CHIME_FAR_BIT),
+        cr_assert_eq(heap_push(&h, t[i]), 0);
+    cr_assert_eq(t[1]->heap_index & (CHIME_NEAR_FLAG | CHIME_FAR_BIT),
                  CHIME_NEAR_FLAG | CHIME_FAR_BIT, "a is in the far run");
-    cr_assert_eq(t[2].heap_index & (CHIME_NEAR_FLAG | CHIME_FAR_BIT),
+    cr_assert_eq(t[2]->heap_index & (CHIME_NEAR_FLAG | CHIME_FAR_BIT),
                  CHIME_NEAR_FLAG | CHIME_FAR_BIT, "a2 is in the far run");
-    cr_assert_eq(heap_pop(&h), &t[0]);
+    cr_assert_eq(heap_pop(&h), t[0]);
     /* Later: c into a bucket, then its slot comes (a sorted run). */
     h.near_hint = now1;
-    task_init(&t[3], now1 + 5 * slot, 3);
-    cr_assert_eq(heap_push(&h, &t[3]), 0);
+    task_init(t[3], now1 + 5 * slot, 3);
+    cr_assert_eq(heap_push(&h, t[3]), 0);
     h.near_hint = now1 + 10 * slot;
     cr_assert_eq(chime__heap_check(&h), 0);
-    cr_assert_eq(heap_pop(&h), &t[1], "the far front is the head");
+    cr_assert_eq(heap_pop(&h), t[1], "the far front is the head");
     cr_assert_gt(h.run_count, 0u, "c's bucket became a run");
     int64_t d = 0;
     cr_assert_null(chime__heap_run_due(&h, now1 + 10 * slot, &d),
                    "the run's front went before the far run's");
-    cr_assert_eq(heap_pop(&h), &t[2]);
-    cr_assert_eq(chime__heap_run_due(&h, now1 + 10 * slot, &d), &t[3]);
+    cr_assert_eq(heap_pop(&h), t[2]);
+    cr_assert_eq(chime__heap_run_due(&h, now1 + 10 * slot, &d), t[3]);
     chime__heap_run_take(&h);
     cr_assert_null(heap_pop(&h));
     cr_assert_eq(chime__heap_check(&h), 0);
     chime__heap_free(&h);
+    slab_tasks_free(&slab, t);
 }
 
 Test(heap, big_bucket_opens_in_deadline_then_seq_order)
@@ -526,7 +554,7 @@ Test(heap, big_bucket_opens_in_deadline_then_seq_order)
     int64_t now = INT64_C(1) << 40;
     chime_heap h;
     chime__heap_init(&h);
-    chime__heap_near_enable(&h);
+    chime__heap_near_enable(&h, NULL); /* no far run */
     h.near_hint = now;
     /* Something earlier in the array, so the bucket is not opened early. */
     task_init(&tasks[N], now + slot / 2, N);
