@@ -99,11 +99,10 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
  * design notes). Returns 1 when the task is not one for it (the locked
  * path decides), else the result (0). */
 static int
-cancel_fast(struct chime_task *t)
+cancel_fast(struct chime_task *t, struct chime_pool *p)
 {
     if (t->loop_id != 0 || chime__task_kind(t) != CHIME_KIND_ONESHOT)
         return 1;
-    struct chime_pool *p = chime__task_pool(t);
     if (!atomic_load_explicit(&p->iopen, memory_order_relaxed) ||
         !atomic_load_explicit(&p->remove_on_cancel, memory_order_relaxed))
         return 1;
@@ -172,14 +171,13 @@ chime_task_cancel(chime_task *t, unsigned flags)
     int st = chime__task_state(t);
     if (chime__state_is_final(st))
         return -EALREADY; /* the pool may be gone: not touched */
-    if (st == CHIME_TASK_PENDING && !CHIME_FORKED(chime__task_pool(t)) &&
-        cancel_fast(t) == 0)
+    struct chime_pool *p = chime__task_pool(t);
+    if (st == CHIME_TASK_PENDING && !CHIME_FORKED(p) && cancel_fast(t, p) == 0)
         return 0;
     struct chime_loop *l;
     int rc = lock_live(t, &l);
     if (rc != 0)
         return rc;
-    struct chime_pool *p = chime__task_pool(t);
     struct chime_task *garbage = NULL;
     if (l) {
         rc = chime__loop_cancel_locked(l, t, flags, false, &garbage);

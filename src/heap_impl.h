@@ -263,22 +263,31 @@ FN(far_slot)(struct chime_task *t)
     return s;
 }
 
+/* Drops the tombstones at the far run's front (an empty run starts again
+ * at 0): is an entry left? */
+static inline bool
+FN(far_skip)(HEAP *h)
+{
+    while (h->far.pos < h->far.n && FAR_DEAD(h->far.v[h->far.pos])) {
+        h->far.pos++;
+        h->far_lazy--;
+    }
+    if (h->far.pos < h->far.n)
+        return true;
+    h->far.pos = h->far.n = 0;
+    return false;
+}
+
 /* The far run's first live entry as a slot (h->far_key, valid until the
  * run changes; tombstones at its front dropped; an empty run starts again
  * at 0), or NULL. */
 static SLOT *
 FN(far_front)(HEAP *h)
 {
-    while (h->far.pos < h->far.n && FAR_DEAD(h->far.v[h->far.pos])) {
-        h->far.pos++;
-        h->far_lazy--;
-    }
-    if (h->far.pos < h->far.n) {
-        h->far_key = FN(far_slot)(FN(far_task)(h, h->far.v[h->far.pos]));
-        return &h->far_key;
-    }
-    h->far.pos = h->far.n = 0;
-    return NULL;
+    if (!FN(far_skip)(h))
+        return NULL;
+    h->far_key = FN(far_slot)(FN(far_task)(h, h->far.v[h->far.pos]));
+    return &h->far_key;
 }
 
 /* A far entry becomes a tombstone: the run lets go of its task (the run
@@ -292,7 +301,7 @@ FN(far_tomb)(HEAP *h, struct chime_task *t)
     h->far.v[i] = FAR_TOMB;
     h->far_lazy++;
     if (i == h->far.pos)
-        (void)FN(far_front)(h); /* cancels in deadline order: no filter */
+        (void)FN(far_skip)(h); /* cancels in deadline order: no filter */
 }
 
 /* Takes the far run's front (its first entry, live) off the heap. */
@@ -327,7 +336,7 @@ FN(far_push)(HEAP *h, struct chime_task *t, int64_t deadline)
     uint32_t e = chime__slab_handle(t);
     if (e == CHIME_SLAB_NO_HANDLE)
         return 1; /* past the numbered chunks */
-    if (FN(far_front)(h) != NULL) {
+    if (FN(far_skip)(h)) {
         if (deadline < h->far_last ||
             (deadline == h->far_last &&
              (int32_t)(t->seq - h->far_seq) <= 0))
