@@ -9,13 +9,13 @@
  *   header), so the task itself holds no pool pointer.
  * - A chunk is carved SLAB_CARVE nodes at a time (its pages mapped as they
  *   are carved), so a small pool touches some 40 KiB of its chunk, not all
- *   of it.
+ *   of it. The allocation behind a chunk is twice its size, to align it;
+ *   the part of it that is never carved is never touched, so it is
+ *   address space, not memory.
  * - The first CHIME_SLAB_NAMED chunks are numbered (s->bases), so a node
  *   has a 32-bit name, its handle: the chunk's number and the node's place
  *   in it (slab.h). The pool heap's far run keeps handles, 4 bytes an
- *   entry instead of an 8-byte pointer. The allocation behind a chunk is twice its size, to align it;
- *   the part of it that is never carved is never touched, so it is
- *   address space, not memory.
+ *   entry instead of an 8-byte pointer.
  * - A node is freed without any lock onto the remote stack (CAS push);
  *   the owner takes that stack whole (exchange, so no ABA) when its own
  *   list runs dry. Other consumers (the submission inbox, inbox.c) take
@@ -104,7 +104,8 @@ new_chunk_locked(struct chime_slab *s)
     return true;
 }
 
-/* New nodes as a free list, or NULL if no memory. Any thread, no lock. */
+/* New nodes as a free list, or NULL if no memory. Any thread (it takes
+ * carve_lock for a few stores). */
 static struct chime_task *
 carve(struct chime_slab *s)
 {

@@ -31,8 +31,6 @@ struct chime_slab_chunk {
 #define CHIME_SLAB_OFF_BITS 17 /* CHIME_SLAB_CHUNK / 8 */
 #define CHIME_SLAB_NO_HANDLE UINT32_MAX
 
-/* The owner of the slab that node (a node of any slab) came from. */
-
 struct chime_slab {
     struct chime_task *free; /* the owner's lock: nodes to hand out */
     /* Nodes freed by any thread without a lock (a Treiber stack: pushed by
