@@ -197,14 +197,15 @@ chime__cancelled_locked(struct chime_pool *p, struct chime_task *t,
 static inline void
 batch_add(struct chime_free_batch *b, struct chime_task *t)
 {
-    if (chime__task_loop(t) != NULL || (b->p != NULL && chime__task_pool(t) != b->p)) {
+    struct chime_pool *tp = chime__task_pool(t);
+    if (chime__task_loop(t) != NULL || (b->p != NULL && tp != b->p)) {
         chime__free_batch_flush(b);
         if (chime__task_loop(t) != NULL) {
             chime__task_free(t);
             return;
         }
     }
-    b->p = chime__task_pool(t);
+    b->p = tp;
     if (atomic_load_explicit(&t->refs, memory_order_relaxed) &
         CHIME_REF_POOLREF)
         b->unrefs++;
