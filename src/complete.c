@@ -329,8 +329,7 @@ void
 chime__new_head_locked(struct chime_pool *p)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    if (atomic_load_explicit(&p->due_tail, memory_order_relaxed) !=
-        atomic_load_explicit(&p->due_head, memory_order_relaxed))
+    if (chime__due_any_locked(p))
         atomic_store_explicit(&p->due_stale, true, memory_order_relaxed);
     if (p->leader)
         pthread_cond_signal(&p->leader_cv);

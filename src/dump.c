@@ -177,9 +177,32 @@ discard(struct snap *s)
 static size_t
 pool_count_locked(struct chime_pool *p)
 {
-    return chime__heap_live(&p->heap) +
-           (size_t)(atomic_load_explicit(&p->due_tail, memory_order_relaxed) -
-                    atomic_load_explicit(&p->due_head, memory_order_acquire));
+    size_t n = chime__heap_live(&p->heap);
+    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++)
+        n += (size_t)(atomic_load_explicit(&p->due[i].tail,
+                                           memory_order_relaxed) -
+                      atomic_load_explicit(&p->due[i].head,
+                                           memory_order_acquire));
+    return n;
+}
+
+/* Adds ring r's queued tasks (lock held). */
+static void
+add_ring(struct snap *s, struct chime_due_ring *r)
+{
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    for (; h != tail; h++) {
+        struct chime_due_entry *e = &r->e[h % CHIME_DUE_CAP];
+        struct chime_task *t =
+            atomic_load_explicit(&e->task, memory_order_acquire);
+        int st = chime__task_state(t);
+        if (st == CHIME_TASK_BATCHED)
+            add(s, t, atomic_load_explicit(&e->deadline, memory_order_relaxed),
+                true);
+        else if (st == CHIME_TASK_REARMING)
+            add(s, t, chime__rearm_target(t), false);
+    }
 }
 
 int
@@ -198,23 +221,11 @@ chime_pool_dump(chime_pool *p, chime_dump_fn fn, void *ctx)
             return -ENOMEM;
         chime__pool_lock(p);
         chime__heap_each(&p->heap, add_queued, &s);
-        /* The due ring: claimers take entries without the lock (a task
+        /* The due rings: claimers take entries without the lock (a task
          * claimed meanwhile is RUNNING, or done and kept alive by the
          * pool's reference, which is only dropped under the lock). */
-        uint64_t h = atomic_load_explicit(&p->due_head, memory_order_acquire);
-        uint64_t tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
-        for (; h != tail; h++) {
-            struct chime_due_entry *e = &p->due[h % CHIME_DUE_CAP];
-            struct chime_task *t =
-                atomic_load_explicit(&e->task, memory_order_acquire);
-            int st = chime__task_state(t);
-            if (st == CHIME_TASK_BATCHED)
-                add(&s, t,
-                    atomic_load_explicit(&e->deadline, memory_order_relaxed),
-                    true);
-            else if (st == CHIME_TASK_REARMING)
-                add(&s, t, chime__rearm_target(t), false);
-        }
+        for (unsigned i = 0; i < CHIME_DUE_RINGS; i++)
+            add_ring(&s, &p->due[i]);
         want = pool_count_locked(p);
         pthread_mutex_unlock(&p->mu);
         if (!s.overflow)

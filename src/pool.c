@@ -129,11 +129,9 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     CHIME_HB_ATOMIC(&p->execute_delayed);
     CHIME_HB_ATOMIC(&p->continue_periodic);
     CHIME_HB_ATOMIC(&p->remove_on_cancel);
-    /* The due ring and what workers read and write without the lock
+    /* The due rings and what workers read and write without the lock
      * (worker.c). */
-    CHIME_HB_ATOMIC(&p->due);
-    CHIME_HB_ATOMIC(&p->due_head);
-    CHIME_HB_ATOMIC(&p->due_tail);
+    CHIME_HB_ATOMIC(&p->due); /* the rings, heads and tails included */
     CHIME_HB_ATOMIC(&p->due_live);
     CHIME_HB_ATOMIC(&p->due_now);
     CHIME_HB_ATOMIC(&p->due_stale);

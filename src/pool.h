@@ -38,6 +38,8 @@ enum {
 /* Tasks a worker's claimed work leaves for its next turn under the
  * pool's lock (worker.c): settled to drop, or to settle there. */
 #define CHIME_WORKER_LATER 64u
+/* How many due rings a pool has (struct chime_due_ring). */
+#define CHIME_DUE_RINGS 4u
 
 struct chime_worker {
     struct chime_pool *pool;
@@ -63,6 +65,12 @@ struct chime_worker {
     _Atomic uint64_t late_hist[CHIME_LATENESS_BUCKETS];
     _Atomic uint64_t late_sum;
     unsigned index;
+    /* Worker-private: its own due ring, the ring it claims from in this
+     * turn (its own, or one it helps with), and the head it last saw of
+     * each ring (a head not moved between two looks: help). */
+    struct chime_due_ring *ring;
+    struct chime_due_ring *claim_from;
+    uint64_t seen[CHIME_DUE_RINGS];
 };
 
 /* The lateness histogram's bucket of `late` ns (chime.h). */
@@ -75,14 +83,29 @@ chime__late_bucket(int64_t late)
     return k < CHIME_LATENESS_BUCKETS ? k : CHIME_LATENESS_BUCKETS - 1;
 }
 
-/* The due ring: tasks taken off the heap because they are due (BATCHED),
+/* A due ring: tasks taken off the heap because they are due (BATCHED),
  * filled by a worker under the pool's lock and claimed by any worker
- * without it (worker.c; docs/model/due.pml). */
+ * without it (worker.c; docs/model/due.pml). A pool has CHIME_DUE_RINGS
+ * of them: a worker fills and claims from its own (worker index modulo
+ * the count), so the tasks it moved out of the heap, whose lines it
+ * wrote, are the ones it runs, and two busy workers share no line per
+ * task; another worker claims from it only when that worker's own
+ * looks find nothing due in the heap, or find the ring's head not moved
+ * since their last look (its owner is held up in a callback). */
 #define CHIME_DUE_CAP 64u
 struct chime_due_entry {
     _Atomic(struct chime_task *) task;
     _Atomic int64_t deadline;
     _Atomic uint32_t seq; /* its heap key, to go back there in order */
+};
+
+/* Positions wrap freely; head moves by CAS (claims), tail under mu
+ * (fills). */
+struct chime_due_ring {
+    struct chime_due_entry e[CHIME_DUE_CAP];
+    _Atomic uint64_t head;
+    _Atomic uint64_t tail;
+    char pad_[64 - 2 * sizeof(uint64_t)]; /* one ring's line apart */
 };
 
 struct chime_pool {
@@ -95,13 +118,10 @@ struct chime_pool {
     /* Everything below is guarded by mu unless marked otherwise. */
     chime_heap heap;
     uint32_t next_seq;  /* wraps; compared with wrap-around */
-    /* The due ring (see struct chime_due_entry): positions wrap freely;
-     * head moves by CAS (claims), tail under mu (fills). */
-    struct chime_due_entry due[CHIME_DUE_CAP];
-    char due_pad_[64]; /* claimers' line apart from the pool's fields */
-    _Atomic uint64_t due_head;
-    _Atomic uint64_t due_tail;
-    /* Tasks in the ring that are BATCHED or REARMING: pending ones. */
+    /* The due rings (see struct chime_due_ring). */
+    char due_pad_[64]; /* claimers' lines apart from the pool's fields */
+    struct chime_due_ring due[CHIME_DUE_RINGS];
+    /* Tasks in the rings that are BATCHED or REARMING: pending ones. */
     _Atomic size_t due_live;
     /* mu: cancelled tasks in the ring (or claimed from it, not yet dropped)
      * that still count as queued: retained (remove_on_cancel off; those
@@ -613,6 +633,16 @@ bool chime__can_run_locked(struct chime_pool *p, struct chime_task *t,
 /* Takes every unclaimed entry of the due ring (shutdown_now) onto *list
  * through task->next, with the pool's reference on each; returns how many
  * (final ones included: cancelled there, not yet dropped). */
+/* Whether any due ring has entries (lock held: no fill races). */
+static inline bool
+chime__due_any_locked(struct chime_pool *p)
+{
+    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++)
+        if (atomic_load_explicit(&p->due[i].tail, memory_order_relaxed) !=
+            atomic_load_explicit(&p->due[i].head, memory_order_relaxed))
+            return true;
+    return false;
+}
 size_t chime__due_grab_locked(struct chime_pool *p, struct chime_task **list);
 /* Puts the due ring's unclaimed tasks back in the heap, keys kept (purge,
  * or a head that must come first). */

@@ -77,7 +77,7 @@ release_garbage(struct chime_pool *p, struct chime_worker *w)
 /* ---- The due ring -------------------------------------------------------
  * A worker that finds the heap's head due moves up to CHIME_DUE_CAP due
  * tasks into the ring at once (BATCHED), under the lock; then any worker
- * claims them one by one without it: a CAS on due_head takes an entry, a
+ * claims them one by one without it: a CAS on its head takes an entry, a
  * CAS of the task's state from BATCHED to RUNNING takes the task. A cancel,
  * re-arm or shutdown (under the lock) takes a task away with its own CAS
  * of the state from BATCHED; whoever claims the entry then finds it final
@@ -88,20 +88,21 @@ release_garbage(struct chime_pool *p, struct chime_worker *w)
  * stays valid while the lock is held. docs/model/due.pml checks this. */
 
 static size_t
-due_avail(struct chime_pool *p)
+due_avail(const struct chime_due_ring *r)
 {
-    return (size_t)(atomic_load_explicit(&p->due_tail, memory_order_relaxed) -
-                    atomic_load_explicit(&p->due_head, memory_order_relaxed));
+    return (size_t)(atomic_load_explicit(&r->tail, memory_order_relaxed) -
+                    atomic_load_explicit(&r->head, memory_order_relaxed));
 }
 
-/* Moves the due head of the heap into the ring while there is room; now is
- * a time read before. Returns how many moved. */
+/* Moves the due head of the heap into the worker's ring while there is
+ * room; now is a time read before. Returns how many moved. */
 static unsigned
 fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    uint64_t head = atomic_load_explicit(&p->due_head, memory_order_acquire);
-    uint64_t tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
+    struct chime_due_ring *r = w->ring;
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
     unsigned n = 0, live = 0;
     bool peeked = false;
     while (tail - head < CHIME_DUE_CAP) {
@@ -162,7 +163,7 @@ fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
         } else {
             p->due_ghosts++;
         }
-        struct chime_due_entry *e = &p->due[tail % CHIME_DUE_CAP];
+        struct chime_due_entry *e = &r->e[tail % CHIME_DUE_CAP];
         atomic_store_explicit(&e->task, t, memory_order_relaxed);
         atomic_store_explicit(&e->deadline, d, memory_order_relaxed);
         atomic_store_explicit(&e->seq, seq, memory_order_relaxed);
@@ -172,31 +173,30 @@ fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
     if (n != 0) {
         atomic_fetch_add(&p->due_live, live);
         atomic_store_explicit(&p->due_now, now, memory_order_relaxed);
-        CHIME_HB_BEFORE(&p->due_tail);
-        atomic_store_explicit(&p->due_tail, tail, memory_order_release);
+        CHIME_HB_BEFORE(&r->tail);
+        atomic_store_explicit(&r->tail, tail, memory_order_release);
     }
     return n;
 }
 
-/* Claims the next entry of the ring (no lock), or returns NULL. */
+/* Claims the next entry of ring r (no lock), or returns NULL. */
 static struct chime_task *
-claim_due(struct chime_pool *p, int64_t *deadline)
+claim_due(struct chime_due_ring *r, int64_t *deadline)
 {
-    uint64_t h = atomic_load_explicit(&p->due_head, memory_order_acquire);
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
     for (;;) {
-        uint64_t tail =
-            atomic_load_explicit(&p->due_tail, memory_order_acquire);
-        CHIME_HB_AFTER(&p->due_tail);
+        uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+        CHIME_HB_AFTER(&r->tail);
         if (h == tail)
             return NULL;
-        struct chime_due_entry *e = &p->due[h % CHIME_DUE_CAP];
+        struct chime_due_entry *e = &r->e[h % CHIME_DUE_CAP];
         struct chime_task *t =
             atomic_load_explicit(&e->task, memory_order_relaxed);
         int64_t d = atomic_load_explicit(&e->deadline, memory_order_relaxed);
         /* Succeeds only if nobody claimed entry h meanwhile, so the
          * entry read was the one filled there (a refill of its slot
          * needs the head past it). */
-        if (atomic_compare_exchange_weak_explicit(&p->due_head, &h, h + 1,
+        if (atomic_compare_exchange_weak_explicit(&r->head, &h, h + 1,
                                                   memory_order_acq_rel,
                                                   memory_order_acquire)) {
             *deadline = d;
@@ -205,16 +205,17 @@ claim_due(struct chime_pool *p, int64_t *deadline)
     }
 }
 
-/* Claims every unclaimed entry of the ring at once (one CAS of the head,
+/* Claims every unclaimed entry of ring r at once (one CAS of the head,
  * lock held, so no fill races): entries [*h, *tail) are the caller's. */
 static void
-claim_all_locked(struct chime_pool *p, uint64_t *h, uint64_t *tail)
+claim_all_locked(struct chime_due_ring *r, uint64_t *h, uint64_t *tail)
 {
-    *h = atomic_load_explicit(&p->due_head, memory_order_acquire);
-    *tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
-    while (*h != *tail && !atomic_compare_exchange_weak_explicit(
-                              &p->due_head, h, *tail, memory_order_acq_rel,
-                              memory_order_acquire))
+    *h = atomic_load_explicit(&r->head, memory_order_acquire);
+    *tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    while (*h != *tail &&
+           !atomic_compare_exchange_weak_explicit(&r->head, h, *tail,
+                                                  memory_order_acq_rel,
+                                                  memory_order_acquire))
         ;
 }
 
@@ -222,25 +223,29 @@ size_t
 chime__due_grab_locked(struct chime_pool *p, struct chime_task **list)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    uint64_t h, tail;
-    claim_all_locked(p, &h, &tail);
     size_t live = 0, n = 0;
-    for (; h != tail; h++) {
-        struct chime_task *t = atomic_load_explicit(
-            &p->due[h % CHIME_DUE_CAP].task, memory_order_relaxed);
-        /* Nobody else moves an unclaimed task but the lock's holder. */
-        int st = chime__task_state(t);
-        if (!chime__state_is_final(st))
-            live++;
-        else if (!(t->flags & CHIME_TF_LAZY))
-            p->due_ghosts--;
-        t->flags &= (uint8_t)~CHIME_TF_LAZY;
-        uint32_t seq;
-        if (st == CHIME_TASK_REARMING)
-            (void)chime__rearmed_take(p, t, &seq);
-        t->next = *list;
-        *list = t;
-        n++;
+    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++) {
+        struct chime_due_ring *r = &p->due[i];
+        uint64_t h, tail;
+        claim_all_locked(r, &h, &tail);
+        for (; h != tail; h++) {
+            struct chime_task *t = atomic_load_explicit(
+                &r->e[h % CHIME_DUE_CAP].task, memory_order_relaxed);
+            /* Nobody else moves an unclaimed task but the lock's
+             * holder. */
+            int st = chime__task_state(t);
+            if (!chime__state_is_final(st))
+                live++;
+            else if (!(t->flags & CHIME_TF_LAZY))
+                p->due_ghosts--;
+            t->flags &= (uint8_t)~CHIME_TF_LAZY;
+            uint32_t seq;
+            if (st == CHIME_TASK_REARMING)
+                (void)chime__rearmed_take(p, t, &seq);
+            t->next = *list;
+            *list = t;
+            n++;
+        }
     }
     atomic_fetch_sub(&p->due_live, live);
     return n;
@@ -252,25 +257,28 @@ chime__due_shutdown_locked(struct chime_pool *p)
     CHIME_ASSERT_HELD(&p->mu);
     if (p->continue_periodic)
         return;
-    uint64_t h = atomic_load_explicit(&p->due_head, memory_order_acquire);
-    uint64_t tail = atomic_load_explicit(&p->due_tail, memory_order_relaxed);
-    for (; h != tail; h++) {
-        /* Claimed meanwhile or not, the task is valid: its pool
-         * reference is dropped under the lock only. */
-        struct chime_task *t = atomic_load_explicit(
-            &p->due[h % CHIME_DUE_CAP].task, memory_order_relaxed);
-        if (chime__task_kind(t) == CHIME_KIND_ONESHOT)
-            continue; /* due: it may still run */
-        int8_t st = (int8_t)chime__task_state(t);
-        if ((st == CHIME_TASK_BATCHED || st == CHIME_TASK_REARMING) &&
-            chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED)) {
-            atomic_fetch_sub(&p->due_live, 1);
-            uint32_t seq;
-            if (st == CHIME_TASK_REARMING)
-                (void)chime__rearmed_take(p, t, &seq);
-            /* Out of the queue as shutdown's others are. */
-            t->flags |= CHIME_TF_LAZY;
-            chime__completed_locked(p, t, CHIME_TASK_CANCELLED);
+    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++) {
+        struct chime_due_ring *r = &p->due[i];
+        uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+        uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+        for (; h != tail; h++) {
+            /* Claimed meanwhile or not, the task is valid: its pool
+             * reference is dropped under the lock only. */
+            struct chime_task *t = atomic_load_explicit(
+                &r->e[h % CHIME_DUE_CAP].task, memory_order_relaxed);
+            if (chime__task_kind(t) == CHIME_KIND_ONESHOT)
+                continue; /* due: it may still run */
+            int8_t st = (int8_t)chime__task_state(t);
+            if ((st == CHIME_TASK_BATCHED || st == CHIME_TASK_REARMING) &&
+                chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED)) {
+                atomic_fetch_sub(&p->due_live, 1);
+                uint32_t seq;
+                if (st == CHIME_TASK_REARMING)
+                    (void)chime__rearmed_take(p, t, &seq);
+                /* Out of the queue as shutdown's others are. */
+                t->flags |= CHIME_TF_LAZY;
+                chime__completed_locked(p, t, CHIME_TASK_CANCELLED);
+            }
         }
     }
 }
@@ -295,34 +303,39 @@ requeue_rearmed_locked(struct chime_pool *p, struct chime_task *t,
                        have ? &seq : NULL, garbage);
 }
 
-/* Does the heap's head come before the ring's last entry (the ring is in
- * order: then some of it must wait for the head)? */
+/* Does the heap's head come before the last entry of a ring that has
+ * entries (a ring is in order: then some of it must wait for the head)? */
 static bool
 heap_first_locked(struct chime_pool *p)
 {
     struct chime_task *top = chime__heap_peek(&p->heap);
     if (top == NULL)
         return false;
-    uint64_t last = atomic_load_explicit(&p->due_tail, memory_order_relaxed) - 1;
-    struct chime_due_entry *e = &p->due[last % CHIME_DUE_CAP];
-    int64_t d = atomic_load_explicit(&e->deadline, memory_order_relaxed);
-    uint32_t seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
     int64_t hd = chime__heap_peek_deadline(&p->heap);
-    if (hd != d)
-        return hd < d;
-    return (int32_t)(top->seq - seq) < 0;
+    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++) {
+        struct chime_due_ring *r = &p->due[i];
+        if (due_avail(r) == 0)
+            continue;
+        uint64_t last = atomic_load_explicit(&r->tail, memory_order_relaxed) - 1;
+        struct chime_due_entry *e = &r->e[last % CHIME_DUE_CAP];
+        int64_t d = atomic_load_explicit(&e->deadline, memory_order_relaxed);
+        uint32_t seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
+        if (hd != d ? hd < d : (int32_t)(top->seq - seq) < 0)
+            return true;
+    }
+    return false;
 }
 
-/* Puts the ring's unclaimed tasks back in the heap with their keys (a
+/* Puts ring r's unclaimed tasks back in the heap with their keys (a
  * cancelled one as a retained one, which its canceller counted). */
-void
-chime__due_return_locked(struct chime_pool *p, struct chime_task **garbage)
+static void
+return_ring_locked(struct chime_pool *p, struct chime_due_ring *r,
+                   struct chime_task **garbage)
 {
-    CHIME_ASSERT_HELD(&p->mu);
     uint64_t h, tail;
-    claim_all_locked(p, &h, &tail);
+    claim_all_locked(r, &h, &tail);
     for (; h != tail; h++) {
-        struct chime_due_entry *e = &p->due[h % CHIME_DUE_CAP];
+        struct chime_due_entry *e = &r->e[h % CHIME_DUE_CAP];
         struct chime_task *t =
             atomic_load_explicit(&e->task, memory_order_relaxed);
         int st = chime__task_state(t);
@@ -355,6 +368,15 @@ chime__due_return_locked(struct chime_pool *p, struct chime_task **garbage)
     }
 }
 
+/* Puts every ring's unclaimed tasks back in the heap. */
+void
+chime__due_return_locked(struct chime_pool *p, struct chime_task **garbage)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++)
+        return_ring_locked(p, &p->due[i], garbage);
+}
+
 /* A worker leaves take_locked to run tasks. If nobody times the heap and
  * a worker sleeps idle, the inbox's iwake may be stale (INT64_MIN left by
  * a producer's wake, or the old leader's deadline) and a submission would
@@ -369,40 +391,78 @@ leave_to_run_locked(struct chime_pool *p)
         pthread_cond_signal(&p->follower_cv);
 }
 
+/* Another worker's ring with entries, or NULL. */
+static struct chime_due_ring *
+other_ring(struct chime_pool *p, struct chime_worker *w)
+{
+    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++)
+        if (&p->due[i] != w->ring && due_avail(&p->due[i]) != 0)
+            return &p->due[i];
+    return NULL;
+}
+
+/* Another worker's ring whose head has not moved since this worker's
+ * previous turn although it had entries (its owner is held up in a
+ * callback), or NULL; notes every ring's head for the next turn. */
+static struct chime_due_ring *
+stuck_ring(struct chime_pool *p, struct chime_worker *w)
+{
+    struct chime_due_ring *stuck = NULL;
+    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++) {
+        struct chime_due_ring *r = &p->due[i];
+        uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+        if (r != w->ring && stuck == NULL && h == w->seen[i] &&
+            due_avail(r) != 0)
+            stuck = r;
+        w->seen[i] = h;
+    }
+    return stuck;
+}
+
 /* Takes the next due task, waiting as leader or follower: returns true
- * when the ring has tasks to claim (filled from the heap if its head was
- * due), false when this worker must exit (then nthreads has been
+ * when w->claim_from has tasks to claim (the worker's own ring, filled
+ * from the heap if its head was due, or another one it helps with),
+ * false when this worker must exit (then nthreads has been
  * decremented). */
 static bool
 take_locked(struct chime_pool *p, struct chime_worker *w)
 {
     CHIME_ASSERT_HELD(&p->mu);
     int64_t now = INT64_MIN; /* a time read in this call: due if <= */
+    struct chime_due_ring *help = stuck_ring(p, w);
     for (;;) {
         if (p->run_state >= CHIME_POOL_STOP)
             break;
         chime__inbox_take_locked(p);
-        size_t avail = due_avail(p);
+        if (atomic_load_explicit(&p->due_stale, memory_order_relaxed)) {
+            atomic_store_explicit(&p->due_stale, false, memory_order_relaxed);
+            if (heap_first_locked(p)) {
+                chime__due_return_locked(p, &w->garbage);
+                help = NULL;
+                continue;
+            }
+        }
+        size_t avail = due_avail(w->ring);
         /* Surplus workers leave (core lowered, or the on-demand worker of
          * a zero-core pool). A zero-core pool keeps one while tasks wait. */
-        unsigned keep =
-            p->core ? p->core : (chime__heap_live(&p->heap) || avail ? 1 : 0);
+        unsigned keep = p->core ? p->core
+                                : (chime__heap_live(&p->heap) ||
+                                           chime__due_any_locked(p)
+                                       ? 1
+                                       : 0);
         if (p->nthreads > keep)
             break;
         if (avail != 0) {
-            if (atomic_load_explicit(&p->due_stale, memory_order_relaxed)) {
-                atomic_store_explicit(&p->due_stale, false,
-                                      memory_order_relaxed);
-                if (heap_first_locked(p)) {
-                    chime__due_return_locked(p, &w->garbage);
-                    continue;
-                }
-            }
+            w->claim_from = w->ring;
             leave_to_run_locked(p);
             return true;
         }
+        if (help != NULL && due_avail(help) != 0)
+            goto help;
         struct chime_task *t = chime__heap_peek(&p->heap);
         if (t == NULL) {
+            if ((help = other_ring(p, w)) != NULL)
+                goto help;
             if (p->run_state >= CHIME_POOL_SHUTDOWN)
                 break;
             goto idle;
@@ -449,9 +509,13 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
                       chime__heap_live(&p->heap) != 0) ||
                      n > 1)
                 pthread_cond_signal(&p->follower_cv);
+            w->claim_from = w->ring;
             leave_to_run_locked(p);
             return true;
         }
+        /* Nothing due in the heap: help with another ring's. */
+        if ((help = other_ring(p, w)) != NULL)
+            goto help;
         if (p->leader != NULL)
             goto idle;
         if (release_garbage(p, w)) {
@@ -512,11 +576,23 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
         pthread_cond_wait(&p->follower_cv, &p->mu);
         p->st.idle_waiters--;
         now = INT64_MIN;
+        continue;
+    help:
+        w->claim_from = help;
+        leave_to_run_locked(p);
+        return true;
     }
     p->nthreads--;
     chime__inbox_update_locked(p);
-    if (p->leader == NULL && chime__heap_live(&p->heap) != 0)
+    if (due_avail(w->ring) != 0) {
+        /* Its ring's tasks are left to the others: they help with it
+         * once they find nothing due in the heap. */
+        pthread_cond_broadcast(&p->follower_cv);
+        if (p->leader != NULL)
+            pthread_cond_signal(&p->leader_cv);
+    } else if (p->leader == NULL && chime__heap_live(&p->heap) != 0) {
         pthread_cond_signal(&p->follower_cv);
+    }
     return false;
 }
 
@@ -555,7 +631,7 @@ queue_again_locked(struct chime_pool *p, struct chime_task *t,
             chime__new_head_locked(p);
         else if (p->leader)
             pthread_cond_signal(&p->leader_cv);
-        if (due_avail(p) != 0)
+        if (chime__due_any_locked(p))
             atomic_store_explicit(&p->due_stale, true, memory_order_relaxed);
     }
 }
@@ -665,7 +741,7 @@ run_due(struct chime_pool *p, struct chime_worker *w)
     while (w->ndone < CHIME_WORKER_LATER &&
            !atomic_load_explicit(&p->due_stale, memory_order_relaxed)) {
         int64_t deadline;
-        struct chime_task *t = claim_due(p, &deadline);
+        struct chime_task *t = claim_due(w->claim_from, &deadline);
         if (t == NULL)
             return;
         int8_t st = CHIME_TASK_BATCHED;
@@ -743,6 +819,27 @@ run_due(struct chime_pool *p, struct chime_worker *w)
     }
 }
 
+/* The pool's lock after a run of claims. Another worker usually holds it
+ * for a turn of a microsecond or two: spin for a few microseconds before
+ * sleeping on it (a futex sleep and wake-up costs 10-30 us on a VM: two
+ * busy workers of W1 lost a third of their time so). */
+static void
+relock(struct chime_pool *p)
+{
+    for (unsigned i = 0; i < 16; i++) {
+        if (pthread_mutex_trylock(&p->mu) == 0) {
+#ifdef CHIME_LOCK_STATS
+            chime__lock_counts[0]++;
+#endif
+            chime__inbox_take_locked(p);
+            return;
+        }
+        for (unsigned k = 0; k < 16; k++)
+            chime__cpu_pause();
+    }
+    chime__pool_lock(p);
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -779,7 +876,7 @@ worker_main(void *arg)
         pthread_mutex_unlock(&p->mu);
         chime__free_garbage(g);
         run_due(p, w);
-        chime__pool_lock(p);
+        relock(p);
     }
     /* nthreads was decremented by take_locked: no task is waiting on us. */
     p->nexiting++;
@@ -850,6 +947,8 @@ chime__spawn(struct chime_pool *p)
         CHIME_HB_ATOMIC(&w->late_sum);
         chime__pool_lock(p);
         w->index = p->next_index++;
+        w->ring = &p->due[w->index % CHIME_DUE_RINGS];
+        w->claim_from = w->ring;
         /* Linked before it runs so shutdown_now can reach its task. */
         chime__list_push(&p->workers, &w->link);
         pthread_mutex_unlock(&p->mu);

@@ -2790,21 +2790,25 @@ m_check_queue(m_rig *r)
         if (p->heap.far.v[i] != CHIME_SLAB_NO_HANDLE)
             m_note_queued(p, chime__slab_node(&p->slab, p->heap.far.v[i]),
                           where, due, &dup, &nlive);
-    /* The due ring (worker.c): due tasks no worker claimed yet are still
+    /* The due rings (worker.c): due tasks no worker claimed yet are still
      * queued, in order after the heap's none (they were due first). */
-    uint64_t dh = atomic_load(&p->due_head), dt = atomic_load(&p->due_tail);
-    for (; dh != dt; dh++) {
-        struct chime_due_entry *e = &p->due[dh % CHIME_DUE_CAP];
-        struct chime_task *t = atomic_load(&e->task);
-        m_arg *a = chime_task_arg(t);
-        if (a == NULL || a->id < 0 || a->id >= M_MAX_TASKS)
-            continue;
-        int st = chime__task_state(t);
-        dup += where[a->id] != 0;
-        where[a->id] = chime_task_is_done(t) ? 'g' : 'l';
-        due[a->id] = (st == CHIME_TASK_REARMING) ? chime__rearm_target(t)
-                                                 : atomic_load(&e->deadline);
-        nlive += where[a->id] == 'l';
+    for (unsigned ri = 0; ri < CHIME_DUE_RINGS; ri++) {
+        struct chime_due_ring *dr = &p->due[ri];
+        uint64_t dh = atomic_load(&dr->head), dt = atomic_load(&dr->tail);
+        for (; dh != dt; dh++) {
+            struct chime_due_entry *e = &dr->e[dh % CHIME_DUE_CAP];
+            struct chime_task *t = atomic_load(&e->task);
+            m_arg *a = chime_task_arg(t);
+            if (a == NULL || a->id < 0 || a->id >= M_MAX_TASKS)
+                continue;
+            int st = chime__task_state(t);
+            dup += where[a->id] != 0;
+            where[a->id] = chime_task_is_done(t) ? 'g' : 'l';
+            due[a->id] = (st == CHIME_TASK_REARMING)
+                             ? chime__rearm_target(t)
+                             : atomic_load(&e->deadline);
+            nlive += where[a->id] == 'l';
+        }
     }
     pthread_mutex_unlock(&p->mu);
     if (heap_ok != 0)

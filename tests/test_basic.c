@@ -195,6 +195,44 @@ Test(basic, a_task_submitted_while_a_callback_runs_wakes_the_idle_worker)
     }
 }
 
+/* Due tasks that a worker moved into its own due ring behind a callback
+ * that blocks run on the other worker meanwhile: that worker, finding
+ * nothing due in the heap, helps with the blocked worker's ring. */
+Test(basic, due_tasks_behind_a_blocked_callback_run_on_the_other_worker)
+{
+    enum { K = 20 };
+    for (int round = 0; round < 10; round++) {
+        t_clock c;
+        chime_pool *p = vpool(2, &c);
+        cr_assert_eq(chime_pool_prestart_all(p), 2);
+        t_latch open, done;
+        t_latch_init(&open, 1);
+        t_latch_init(&done, K);
+        /* All due at the same instant, the blocking one first: the
+         * worker that fills its ring takes them together, in order. */
+        chime_task *a = NULL;
+        cr_assert_eq(chime_pool_schedule(p, t_block_fn, &open, CHIME_MSEC,
+                                         &a),
+                     0);
+        for (int i = 0; i < K; i++)
+            cr_assert_eq(chime_pool_schedule(p, t_latch_fn, &done,
+                                             CHIME_MSEC, NULL),
+                         0);
+        t_clock_advance(&c, p, CHIME_MSEC);
+        cr_assert(t_latch_wait(&done, T_LONG_NS),
+                  "round %d: %d of the %d tasks behind the blocked callback "
+                  "ran",
+                  round, K - t_latch_count(&done), K);
+        cr_assert_eq(chime_task_get_state(a), CHIME_TASK_RUNNING);
+        t_latch_count_down(&open);
+        cr_assert_eq(chime_task_wait(a, T_LONG_NS, NULL), 0);
+        chime_task_release(a);
+        cr_assert_eq(chime_pool_destroy(p), 0);
+        t_latch_destroy(&open);
+        t_latch_destroy(&done);
+    }
+}
+
 /* A one-shot task with a 20 ms delay that returns `value` (NULL: stores
  * nothing): it runs once, not before the delay, and the waiter gets the
  * value only then. */
