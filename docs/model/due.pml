@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * chime: the pool's due ring (src/worker.c fill_due_locked, claim_due,
+ * chime: the pool's due rings (src/worker.c fill_due_locked, claim_due,
  * run_due, turn_locked, chime__due_grab_locked; src/cancel.c
  * chime__cancel_locked / chime_task_rearm on BATCHED, REARMING, RUNNING
  * and RUN_REARMED pool tasks; src/shutdown.c chime_pool_shutdown_now), as a
  * Promela model for SPIN.
  *
- * A worker holding pool->mu moves due tasks from the heap into the ring
- * (state BATCHED, entry[tail % CAP] = task, then tail++). Any worker,
- * without the lock, claims the entry at head with a CAS of head, then the
+ * A worker holding pool->mu moves due tasks from the heap into its own
+ * ring (state BATCHED, entry[tail % CAP] = task, then tail++). A worker,
+ * without the lock, claims the entry at a ring's head with a CAS of that
+ * head (its own ring's; another's when it helps: the model lets a worker
+ * whose own ring is empty help with the other ring at every turn, a
+ * superset of the code's conditions: nothing due in the heap, the ring's
+ * head not moved since its last turn, or the owner gone), then the
  * task with a CAS of its state BATCHED -> RUNNING; a one-shot that returns
  * 0 is completed with a CAS RUNNING -> DONE, still without the lock. The
  * pool's reference on a claimed task is dropped (the task may be freed) at
@@ -16,16 +20,17 @@
  * settled (REARMING: re-armed in the ring; cancelled or re-armed while it
  * ran) goes there too. Cancel and re-arm hold the lock and take a task by
  * a CAS of its state; shutdown_now holds the lock, takes every unclaimed
- * entry with one CAS of head, and reads each worker's current task to
- * interrupt it.
+ * entry of each ring with one CAS of its head, and reads each worker's
+ * current task to interrupt it.
  *
  * The lock is a bit: a section under it is a sequence of steps (other
  * threads' lock-free steps interleave), not one atomic block, so that a
  * task read under the lock and freed by a lock-free step is caught.
  *
- * Model: CAP = 2 ring slots, NT = 3 one-shot tasks (tasks 0 and 1 start in
- * the ring, task 2 due in the heap: the second fill reuses slot 0), NW = 2
- * workers, a control thread (holding a handle on every task) doing NOPS
+ * Model: NR = 2 rings (worker w fills ring w) of CAP = 2 slots, NT = 3
+ * one-shot tasks (tasks 0 and 1 start in ring 0, task 2 due in the heap:
+ * worker 0's fill reuses slot 0 of ring 0, worker 1's goes to ring 1),
+ * NW = 2 workers, a control thread (holding a handle on every task) doing NOPS
  * (default 1) cancels / re-arms and, if SHUTDOWN_NOW, one shutdown_now
  * (NOPS=2 with shutdown_now: 19 M states, 1.8 GB; checked by hand, not in
  * CI, which runs NOPS=1 and NOPS=2 without shutdown_now). A re-armed
@@ -39,16 +44,19 @@
  *     starts; a final state never changes;
  *   - no task is touched after it is freed (the lock's holder reading the
  *     ring or a worker's current task, a claimer's CAS);
+ *   - shutdown_now leaves no unclaimed entry in any ring;
  *   - at the end: every task is DONE, CANCELLED, or PENDING in the heap of
  *     a running pool; the count of live ring tasks (due_live) is 0; every
- *     task no longer queued had its reference dropped.
+ *     ring is empty (unless shut down); every task no longer queued had
+ *     its reference dropped.
  *
  * Mutations: BUG_CLAIM_READ_THEN_WRITE (head moved by a load and a store,
  * not a CAS), BUG_START_WITHOUT_CAS (RUNNING stored, not CASed from
  * BATCHED), BUG_CANCEL_STORES (cancel stores CANCELLED instead of a CAS),
  * BUG_DROP_AT_COMPLETION (the reference dropped right after the lock-free
  * completion, not at the next turn), BUG_GRAB_READS_UNLOCKED (shutdown_now
- * walks the ring without taking the entries first).
+ * walks the ring without taking the entries first), BUG_GRAB_ONE_RING
+ * (shutdown_now takes the entries of the first ring only).
  */
 
 #ifndef NOPS
@@ -60,6 +68,7 @@
 
 #define NT 3
 #define NW 2
+#define NR 2
 #define CAP 2
 #define NONE 255
 
@@ -83,8 +92,8 @@ bool freed[NT];          /* no reference left (the control's handles are
 bool took[NT];           /* taken while BATCHED by cancel / re-arm */
 bool lazy[NT];           /* cancelled in the heap: dropped lazily later */
 byte started[NT];
-byte entry[CAP];
-byte head, tail;
+byte entry[NR * CAP];    /* ring r's slot i: entry[r * CAP + i] */
+byte head[NR], tail[NR];
 byte due_live;
 bool stopped;            /* run_state >= STOP */
 byte current[NW];
@@ -133,49 +142,52 @@ inline turn(w, done, slow, slowreq) {
     fi
 }
 
-/* Fill: task 2 (due in the heap) into the ring, if there is room. */
-inline fill() {
+/* Fill: task 2 (due in the heap) into worker w's ring, if it has room. */
+inline fill(w) {
     if
-    :: tst[2] == S_PENDING && !stopped && tail - head < CAP ->
+    :: tst[2] == S_PENDING && !stopped && tail[w] - head[w] < CAP ->
         tst[2] = S_BATCHED;
-        entry[tail % CAP] = 2;
+        entry[w * CAP + tail[w] % CAP] = 2;
         due_live++;
-        tail++
+        tail[w]++
     :: else -> skip
     fi
 }
 
 proctype worker(byte w) {
-    byte h, t, done = NONE, slow = NONE;
+    byte h, t, r, done = NONE, slow = NONE;
     bool slowreq, claimed;
     byte st;
 loop:
     lock();
     turn(w, done, slow, slowreq);
-    fill();
+    fill(w);
     if
-    :: head == tail || stopped -> unlock(); goto end
-    :: else -> unlock()
+    :: stopped -> unlock(); goto end
+    :: head[w] != tail[w] -> r = w; unlock()
+    :: head[w] == tail[w] && head[1 - w] != tail[1 - w] ->
+        r = 1 - w; unlock() /* helps */
+    :: head[w] == tail[w] && head[1 - w] == tail[1 - w] -> unlock(); goto end
     fi;
 claim:
-    /* claim_due */
-    h = head;
+    /* claim_due (ring r) */
+    h = head[r];
     if
-    :: h == tail -> goto loop
+    :: h == tail[r] -> goto loop
     :: else -> skip
     fi;
-    t = entry[h % CAP];
+    t = entry[r * CAP + h % CAP];
 #ifdef BUG_CLAIM_READ_THEN_WRITE
-    claimed = (head == h);
+    claimed = (head[r] == h);
     if
-    :: claimed -> head = h + 1
+    :: claimed -> head[r] = h + 1
     :: else -> skip
     fi;
 #else
     atomic {
-        claimed = (head == h);
+        claimed = (head[r] == h);
         if
-        :: claimed -> head = h + 1
+        :: claimed -> head[r] = h + 1
         :: else -> skip
         fi
     }
@@ -285,14 +297,21 @@ inline rearm(t) {
 inline shutdown_now() {
     lock();
     stopped = true;
+    for (r : 0 .. NR - 1) {
+#ifdef BUG_GRAB_ONE_RING
+    if
+    :: r > 0 -> break
+    :: else -> skip
+    fi;
+#endif
 #ifdef BUG_GRAB_READS_UNLOCKED
-    h = head;
+    h = head[r];
 #else
-    atomic { h = head; head = tail }
+    atomic { h = head[r]; head[r] = tail[r] }
 #endif
     do
-    :: h != tail ->
-        t = entry[h % CAP];
+    :: h != tail[r] ->
+        t = entry[r * CAP + h % CAP];
         TOUCH(t);
         atomic {
             st = tst[t];
@@ -308,7 +327,10 @@ inline shutdown_now() {
         drop(t);
         h++
     :: else -> break
-    od;
+    od
+    };
+    /* no entry is left for a claimer to start after this */
+    assert(head[0] == tail[0] && head[1] == tail[1]);
     /* the heap: what is queued is handed back cancelled, lazily
      * cancelled ones dropped */
     for (h : 0 .. NT - 1) {
@@ -328,7 +350,7 @@ inline shutdown_now() {
 }
 
 proctype control() {
-    byte n = 0, t, st, h;
+    byte n = 0, t, st, h, r;
     bool sd = false;
     do
     :: n < NOPS ->
@@ -352,7 +374,7 @@ init {
     atomic {
         for (i : 0 .. NT - 1) { poolref[i] = true }
         tst[0] = S_BATCHED; tst[1] = S_BATCHED; tst[2] = S_PENDING;
-        entry[0] = 0; entry[1] = 1; head = 0; tail = 2; due_live = 2;
+        entry[0] = 0; entry[1] = 1; head[0] = 0; tail[0] = 2; due_live = 2;
         current[0] = NONE; current[1] = NONE;
         run worker(0); run worker(1); run control()
     }
@@ -363,5 +385,5 @@ init {
         assert(!FINAL(tst[j]) || !poolref[j] || lazy[j])
     }
     assert(due_live == 0);
-    assert(head == tail || stopped)
+    assert((head[0] == tail[0] && head[1] == tail[1]) || stopped)
 }
