@@ -178,6 +178,9 @@ void chime__heap_detach(chime_heap *h, struct chime_task *t);
 struct chime_task *chime__heap_run_due(chime_heap *h, int64_t now,
                                        int64_t *deadline);
 void chime__heap_run_take(chime_heap *h);
+/* The pool's heap only: starts fetching the tasks of the first sorted
+ * run's next k entries (a fill about to take them). */
+void chime__heap_run_prefetch(const chime_heap *h, uint32_t k);
 /* The pool's heap only: use the near window from now on, and the far run
  * for tasks of slab (the pool's: its entries are handles of that slab's
  * nodes). */

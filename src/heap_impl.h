@@ -870,6 +870,23 @@ FN(run_due)(HEAP *h, int64_t now, int64_t *deadline)
 }
 
 void
+FN(run_prefetch)(const HEAP *h, uint32_t k)
+{
+    /* A worker about to take up to k tasks from the first run's front:
+     * the fetches that run_take makes ahead were made by whichever worker
+     * took the entries before these (into its cache, not this one's). */
+    if (h->run_count == 0)
+        return;
+    uint32_t r = h->run_head;
+    uint32_t end = h->run[r].pos + k;
+    if (end > h->run[r].n)
+        end = h->run[r].n;
+    for (uint32_t i = h->run[r].pos; i < end; i++)
+        __builtin_prefetch(
+            (void *)((uintptr_t)h->run[r].v[i].task & ~(uintptr_t)1), 1);
+}
+
+void
 FN(run_take)(HEAP *h)
 {
     /* The first run's front: consumed in place. Its tasks are cold

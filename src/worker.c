@@ -105,6 +105,7 @@ fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
     uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
     unsigned n = 0, live = 0;
     bool peeked = false;
+    chime__heap_run_prefetch(&p->heap, 24);
     while (tail - head < CHIME_DUE_CAP) {
         int64_t d;
         bool ghost = false;
