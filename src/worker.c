@@ -697,6 +697,23 @@ turn_locked(struct chime_pool *p, struct chime_worker *w)
             if (!(d->flags & CHIME_TF_LAZY))
                 p->due_ghosts--;
             d->flags &= (uint8_t)~CHIME_TF_LAZY;
+            chime__drop_locked(d, &w->garbage);
+            continue;
+        }
+        /* Run and completed by this worker. With no handle on it, nobody
+         * can reach it but this lock's holder any more (a handle is made
+         * from a handle, or under this lock, or by the task's own
+         * callback and hooks, which returned on this thread): the pool's
+         * bit goes without an atomic RMW. */
+        uint32_t r = atomic_load_explicit(&d->refs, memory_order_acquire);
+        if ((r & CHIME_REF_HANDLES) == 0) {
+            CHIME_HB_AFTER(&d->refs);
+            CHIME_ASSERT(r & CHIME_REF_POOL);
+            atomic_store_explicit(&d->refs, r & ~CHIME_REF_POOL,
+                                  memory_order_relaxed);
+            d->next = w->garbage;
+            w->garbage = d;
+            continue;
         }
         chime__drop_locked(d, &w->garbage);
     }

@@ -233,6 +233,46 @@ Test(basic, due_tasks_behind_a_blocked_callback_run_on_the_other_worker)
     }
 }
 
+/* A handle a callback takes on its own task (scheduled without one) and
+ * hands to another thread, which releases it at once: before or after the
+ * worker lets go of the task at its next turn, whoever lets go last frees
+ * it, once (ASan and TSan run this too). */
+static _Atomic(chime_task *) kept_self;
+
+static int
+keep_self_fn(chime_task *self, void *arg, void **result)
+{
+    (void)result;
+    chime_task *h = chime_task_retain(self);
+    chime_task *none = NULL;
+    while (!atomic_compare_exchange_weak(&kept_self, &none, h)) {
+        none = NULL;
+        sched_yield(); /* the test thread takes the last one first */
+    }
+    atomic_fetch_add((atomic_int *)arg, 1);
+    return 0;
+}
+
+Test(basic, a_handle_a_callback_takes_on_itself_is_released_on_any_thread)
+{
+    enum { N = 3000 };
+    chime_pool *p = pool_with(2);
+    atomic_int ran = 0;
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(chime_pool_schedule(p, keep_self_fn, &ran, 0, NULL), 0);
+    for (int got = 0; got < N; got++) {
+        chime_task *h = NULL;
+        cr_assert(T_WAIT_UNTIL((h = atomic_exchange(&kept_self, NULL)) != NULL,
+                               T_LONG_NS),
+                  "%d of %d handles came", got, N);
+        int st = chime_task_get_state(h);
+        cr_assert(st == CHIME_TASK_RUNNING || st == CHIME_TASK_DONE);
+        cr_assert_eq(chime_task_release(h), 0);
+    }
+    cr_assert_eq(atomic_load(&ran), N);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
 /* A one-shot task with a 20 ms delay that returns `value` (NULL: stores
  * nothing): it runs once, not before the delay, and the waiter gets the
  * value only then. */
