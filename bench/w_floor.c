@@ -39,6 +39,12 @@
  *                         whose node the new task may reuse), and read the
  *                         clock (the new deadline). L = 1k, 100k, 1M: the
  *                         growth no design can avoid (the cache misses).
+ *   w4_touch_ns           W4's cancel with nothing of a timer queue in it:
+ *                         1M 40-byte records written in order, then one
+ *                         CAS on each through an array of handles in that
+ *                         order (what every cancel that decides against a
+ *                         concurrent worker must do at least)
+ *   w4_two_rmw_ns         the same with a second atomic RMW on each record
  * The two-thread figures need both threads on a CPU at once: on a busy
  * machine they drift towards the one-thread ones.
  *
@@ -335,6 +341,43 @@ units(int argc, char **argv)
         char name[32];
         snprintf(name, sizeof(name), "w2_floor_ns_L%ld", l);
         bench_result(UW, US, name, per_op(bench_now_ns() - t0, n));
+        free(recs);
+        free(handles);
+    }
+
+    /* W4's floors: P = 1M records of 40 bytes (chime's task), written in
+     * order (W4's schedules), then reached through an array of handles in
+     * that order (W4's cancels): w4_touch_ns one CAS on a word of each
+     * (the least a cancel that decides against a concurrent worker does),
+     * w4_two_rmw_ns a CAS and an atomic add on each. */
+    for (int mode = 0; mode < 2; mode++) {
+        long p = N(1000000);
+        struct rec40 {
+            uint64_t w[4];
+            _Atomic uint32_t refs;
+            _Atomic int8_t state;
+            uint8_t pad[3];
+        } *recs = malloc((size_t)p * sizeof(*recs));
+        struct rec40 **handles = malloc((size_t)p * sizeof(*handles));
+        BENCH_CHECK(recs && handles, UW, US, "out of memory");
+        for (long i = 0; i < p; i++) {
+            memset(&recs[i], 0, sizeof(recs[i]));
+            atomic_store_explicit(&recs[i].refs, 2, memory_order_relaxed);
+            handles[i] = &recs[i];
+        }
+        long won = 0;
+        t0 = bench_now_ns();
+        for (long i = 0; i < p; i++) {
+            struct rec40 *r = handles[i];
+            int8_t pending = 0;
+            won += atomic_compare_exchange_strong(&r->state, &pending, 3);
+            if (mode == 1)
+                atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+        }
+        int64_t d = bench_now_ns() - t0;
+        BENCH_CHECK(won == p, UW, US, "w4 floor: %ld CAS won of %ld", won, p);
+        bench_result(UW, US, mode ? "w4_two_rmw_ns" : "w4_touch_ns",
+                     per_op(d, p));
         free(recs);
         free(handles);
     }
