@@ -179,10 +179,7 @@ pool_count_locked(struct chime_pool *p)
 {
     size_t n = chime__heap_live(&p->heap);
     for (unsigned i = 0; i < CHIME_DUE_RINGS; i++)
-        n += (size_t)(atomic_load_explicit(&p->due[i].tail,
-                                           memory_order_relaxed) -
-                      atomic_load_explicit(&p->due[i].head,
-                                           memory_order_acquire));
+        n += chime__due_avail(&p->due[i]);
     return n;
 }
 

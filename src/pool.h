@@ -633,13 +633,21 @@ bool chime__can_run_locked(struct chime_pool *p, struct chime_task *t,
 /* Takes every unclaimed entry of the due ring (shutdown_now) onto *list
  * through task->next, with the pool's reference on each; returns how many
  * (final ones included: cancelled there, not yet dropped). */
+/* Ring r's unclaimed entries (claims may take some meanwhile; only the
+ * pool lock's holder adds any). */
+static inline size_t
+chime__due_avail(const struct chime_due_ring *r)
+{
+    return (size_t)(atomic_load_explicit(&r->tail, memory_order_relaxed) -
+                    atomic_load_explicit(&r->head, memory_order_relaxed));
+}
+
 /* Whether any due ring has entries (lock held: no fill races). */
 static inline bool
 chime__due_any_locked(struct chime_pool *p)
 {
     for (unsigned i = 0; i < CHIME_DUE_RINGS; i++)
-        if (atomic_load_explicit(&p->due[i].tail, memory_order_relaxed) !=
-            atomic_load_explicit(&p->due[i].head, memory_order_relaxed))
+        if (chime__due_avail(&p->due[i]) != 0)
             return true;
     return false;
 }

@@ -87,13 +87,6 @@ release_garbage(struct chime_pool *p, struct chime_worker *w)
  * task read under the lock (from the ring, or as a worker's current one)
  * stays valid while the lock is held. docs/model/due.pml checks this. */
 
-static size_t
-due_avail(const struct chime_due_ring *r)
-{
-    return (size_t)(atomic_load_explicit(&r->tail, memory_order_relaxed) -
-                    atomic_load_explicit(&r->head, memory_order_relaxed));
-}
-
 /* Moves the due head of the heap into the worker's ring while there is
  * room; now is a time read before. Returns how many moved. */
 static unsigned
@@ -315,7 +308,7 @@ heap_first_locked(struct chime_pool *p)
     int64_t hd = chime__heap_peek_deadline(&p->heap);
     for (unsigned i = 0; i < CHIME_DUE_RINGS; i++) {
         struct chime_due_ring *r = &p->due[i];
-        if (due_avail(r) == 0)
+        if (chime__due_avail(r) == 0)
             continue;
         uint64_t last = atomic_load_explicit(&r->tail, memory_order_relaxed) - 1;
         struct chime_due_entry *e = &r->e[last % CHIME_DUE_CAP];
@@ -397,7 +390,7 @@ static struct chime_due_ring *
 other_ring(struct chime_pool *p, struct chime_worker *w)
 {
     for (unsigned i = 0; i < CHIME_DUE_RINGS; i++)
-        if (&p->due[i] != w->ring && due_avail(&p->due[i]) != 0)
+        if (&p->due[i] != w->ring && chime__due_avail(&p->due[i]) != 0)
             return &p->due[i];
     return NULL;
 }
@@ -413,7 +406,7 @@ stuck_ring(struct chime_pool *p, struct chime_worker *w)
         struct chime_due_ring *r = &p->due[i];
         uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
         if (r != w->ring && stuck == NULL && h == w->seen[i] &&
-            due_avail(r) != 0)
+            chime__due_avail(r) != 0)
             stuck = r;
         w->seen[i] = h;
     }
@@ -443,7 +436,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
                 continue;
             }
         }
-        size_t avail = due_avail(w->ring);
+        size_t avail = chime__due_avail(w->ring);
         /* Surplus workers leave (core lowered, or the on-demand worker of
          * a zero-core pool). A zero-core pool keeps one while tasks wait. */
         unsigned keep = p->core ? p->core
@@ -458,7 +451,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
             leave_to_run_locked(p);
             return true;
         }
-        if (help != NULL && due_avail(help) != 0)
+        if (help != NULL && chime__due_avail(help) != 0)
             goto help;
         struct chime_task *t = chime__heap_peek(&p->heap);
         if (t == NULL) {
@@ -585,7 +578,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
     }
     p->nthreads--;
     chime__inbox_update_locked(p);
-    if (due_avail(w->ring) != 0) {
+    if (chime__due_avail(w->ring) != 0) {
         /* Its ring's tasks are left to the others: they help with it
          * once they find nothing due in the heap. */
         pthread_cond_broadcast(&p->follower_cv);
