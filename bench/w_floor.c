@@ -39,6 +39,16 @@
  *                         whose node the new task may reuse), and read the
  *                         clock (the new deadline). L = 1k, 100k, 1M: the
  *                         growth no design can avoid (the cache misses).
+ *   w2_cs_floor_ns_L100000  W2's cancel+schedule round at L = 100k with
+ *                         what a thread-safe cancel through a counted
+ *                         handle does on the victim: w2_floor's round, but
+ *                         the word touched is a CAS of the state (the
+ *                         decision against a concurrent worker) and an
+ *                         atomic decrement of the handle count (the
+ *                         workload's release), then the new task is
+ *                         written into the victim's 40-byte record (the
+ *                         most a design can reuse) and its handle stored.
+ *                         No queue, no reclamation: below any real pool.
  *   w4_touch_ns           W4's cancel with nothing of a timer queue in it:
  *                         1M 40-byte records written in order, then one
  *                         CAS on each through an array of handles in that
@@ -341,6 +351,55 @@ units(int argc, char **argv)
         char name[32];
         snprintf(name, sizeof(name), "w2_floor_ns_L%ld", l);
         bench_result(UW, US, name, per_op(bench_now_ns() - t0, n));
+        free(recs);
+        free(handles);
+    }
+
+    /* W2's cancel+schedule round at L = 100k with what a thread-safe
+     * cancel through a counted handle does on the victim and nothing of a
+     * timer queue (see the top). */
+    {
+        long l = 100000;
+        struct crec {
+            _Atomic uint32_t refs;
+            _Atomic int8_t state;
+            uint8_t pad[3];
+            uint64_t w[4];
+        } *recs = calloc((size_t)l, sizeof(*recs));
+        struct crec **handles = calloc((size_t)l, sizeof(*handles));
+        BENCH_CHECK(recs && handles, UW, US, "out of memory");
+        for (long i = 0; i < l; i++) {
+            atomic_store_explicit(&recs[i].refs, 2, memory_order_relaxed);
+            handles[i] = &recs[i];
+        }
+        bench_rng rng = {BENCH_SEED};
+        n = N(2000000);
+        long won = 0;
+        for (int pass = 0; pass < 2; pass++) { /* warm, then measured */
+            won = 0;
+            t0 = bench_now_ns();
+            for (long i = 0; i < n; i++) {
+                long v = (long)bench_rng_below(&rng, (uint64_t)l);
+                struct crec *r = handles[v];
+                int8_t pending = 0;
+                won += atomic_compare_exchange_strong(&r->state, &pending, 3);
+                atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel);
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                /* The new task in the victim's record: counts, state,
+                 * callback, argument, deadline. */
+                atomic_store_explicit(&r->refs, 2, memory_order_relaxed);
+                atomic_store_explicit(&r->state, 0, memory_order_relaxed);
+                r->w[0] = (uint64_t)(uintptr_t)handles;
+                r->w[1] = (uint64_t)i;
+                r->w[2] = (uint64_t)ts.tv_nsec;
+                r->w[3] = (uint64_t)ts.tv_sec;
+                handles[v] = r;
+            }
+        }
+        int64_t d = bench_now_ns() - t0;
+        BENCH_CHECK(won == n, UW, US, "w2 cs floor: %ld CAS won of %ld", won,
+                    n);
+        bench_result(UW, US, "w2_cs_floor_ns_L100000", per_op(d, n));
         free(recs);
         free(handles);
     }
