@@ -15,17 +15,19 @@
  *   slot reaches the head (worker.c).
  * - Cancel without pool->mu (cancel_fast): a queued pool one-shot
  *   (PENDING) with remove_on_cancel on and the inbox open is cancelled by
- *   one CAS of its state, PENDING -> CANCELLED: the outcome is decided
- *   there, as every way out of PENDING under the lock is a CAS too (the
- *   due ring's fill, worker.c; shutdown's hand-back). The canceller takes
- *   one handle reference for the rest of the work and hands the task to
- *   the inbox (its cancel buffer, under ilock); the next drain, which
+ *   one CAS of its state, PENDING -> CANCELLED_FAST (reported CANCELLED):
+ *   the outcome is decided there, as every way out of PENDING under the
+ *   lock is a CAS too (the due ring's fill, worker.c; shutdown's
+ *   hand-back; a rejection's discard of the oldest). The canceller hands
+ *   the task to the inbox (its cancel buffer, under ilock), and the
+ *   pool's reference on it goes with the entry: the next drain, which
  *   anyone who takes the lock to look at the queue makes first
- *   (chime__pool_lock), counts it, detaches its slot and drops both
- *   references (chime__cancelled_locked), in a batch whose slot misses
- *   overlap. Whoever meets the CANCELLED task in the queue before that
- *   (the leader's head, the fill, a filter) takes it out as any cancelled
- *   task; the canceller's reference keeps it valid for the drain. A
+ *   (chime__pool_lock), counts it, detaches its slot if it is still
+ *   queued and drops that reference (chime__cancelled_locked), in a
+ *   batch whose slot misses overlap. Whoever meets the task in the queue
+ *   before that (the leader's head, the fill, a filter) takes it out as
+ *   any cancelled task but leaves the reference (chime__drop_locked), so
+ *   the task is valid for the drain whatever its handles do. A
  *   waiter counts itself and then reads the state; the canceller CASes
  *   the state and then reads the count (both seq_cst): one sees the
  *   other. A closed or full buffer: the canceller takes the lock and
@@ -107,11 +109,11 @@ cancel_fast(struct chime_task *t, struct chime_pool *p)
         !atomic_load_explicit(&p->remove_on_cancel, memory_order_relaxed))
         return 1;
     int8_t st = CHIME_TASK_PENDING;
-    if (!chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED))
+    if (!chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED_FAST))
         return 1;
-    /* Ordered before the hand-off (ilock) and before this caller's own
-     * release (program order): the drain's reference. */
-    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+    /* From here the pool's reference is the cancel entry's: nobody else
+     * drops it (chime__drop_locked), so the task outlives the entry
+     * whatever this caller's handle does after the return. */
     if (!chime__inbox_cancel(p, t)) {
         /* Closed or full: finished here, under the lock. */
         struct chime_task *garbage = NULL;

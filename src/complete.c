@@ -105,22 +105,26 @@ chime__complete_locked(struct chime_pool *p, struct chime_task *t, int state,
                        int err)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    if (state == CHIME_TASK_CANCELLED) {
+    if (state == CHIME_TASK_CANCELLED || state == CHIME_TASK_REJECTED) {
         /* A task claimed from the due ring moves without the lock (to
-         * RUNNING, then DONE: worker.c): cancel by CAS from whatever it
-         * is now; false when its worker completed it first. */
-        int8_t cur = (int8_t)chime__task_state(t);
+         * RUNNING, then DONE: worker.c), and a queued one-shot may be
+         * cancelled without it (cancel.c): by CAS from whatever it is
+         * now; false when someone completed it first. (REJECTED: a new
+         * task, or the queued one a DISCARD_OLDEST gives up.) */
+        if (state == CHIME_TASK_REJECTED)
+            t->error = err; /* out of the heap: the index is free */
+        int8_t cur = (int8_t)chime__task_state_raw(t);
         do {
             if (chime__state_is_final(cur))
                 return false;
         } while (!chime__task_cas_state(t, &cur, state));
     } else {
-        /* FAILED and REJECTED are set by the task's only owner. */
+        /* FAILED is set by the task's only owner. */
         CHIME_ASSERT(!chime__state_is_final(chime__task_state(t)));
         /* The error shares storage with the queue index: a cancelled task
          * may still sit in the heap (remove_on_cancel off), and its error
          * is implied anyway. */
-        if (state == CHIME_TASK_FAILED || state == CHIME_TASK_REJECTED)
+        if (state == CHIME_TASK_FAILED)
             t->error = err;
         chime__task_set_state(t, state);
     }
@@ -154,6 +158,10 @@ void
 chime__drop_locked(struct chime_task *t, struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&chime__task_pool(t)->mu);
+    /* Cancelled without the lock: its cancel entry drops the reference
+     * (chime__cancelled_locked). Final, so the state read is stable. */
+    if (chime__task_state_raw(t) == CHIME_TASK_CANCELLED_FAST)
+        return;
     uint32_t old = chime__task_refs_and(t, ~CHIME_REF_POOL);
     CHIME_ASSERT(old & CHIME_REF_POOL);
     if ((old & CHIME_REF_HANDLES) == 0) {
@@ -167,22 +175,23 @@ chime__cancelled_locked(struct chime_pool *p, struct chime_task *t,
                         struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    CHIME_ASSERT(chime__task_state(t) == CHIME_TASK_CANCELLED);
+    CHIME_ASSERT(chime__task_state_raw(t) == CHIME_TASK_CANCELLED_FAST);
     p->st.cancelled++;
-    uint32_t drop = 1; /* the canceller's handle reference */
     bool detached = false;
     if (t->flags & CHIME_TF_INHEAP) {
-        /* Still queued: out now, with the queue's (the pool's) reference.
-         * Out of the heap, whoever took it out dropped that one. */
+        /* Still queued: out now. (Out of the heap, whoever took it out
+         * left the pool's reference to this.) */
         chime__heap_detach(&p->heap, t);
-        drop += CHIME_REF_POOL;
         detached = true;
     }
+    /* The pool's reference, which the entry held (set: a subtraction,
+     * one xadd where an and with the old word wants a CAS loop). */
     CHIME_HB_BEFORE(&t->refs);
-    uint32_t old = atomic_fetch_sub_explicit(&t->refs, drop,
+    uint32_t old = atomic_fetch_sub_explicit(&t->refs, CHIME_REF_POOL,
                                              memory_order_acq_rel);
     CHIME_HB_AFTER(&t->refs);
-    if (((old - drop) & (CHIME_REF_POOL | CHIME_REF_HANDLES)) == 0) {
+    CHIME_ASSERT(old & CHIME_REF_POOL);
+    if ((old & CHIME_REF_HANDLES) == 0) {
         t->next = *garbage;
         *garbage = t;
     }

@@ -57,6 +57,12 @@ enum {
  * settled under the pool's lock instead, to run again. Pool tasks in the
  * due ring (pool->due) are BATCHED too, and REARMING when re-armed there. */
 #define CHIME_TASK_RUN_REARMED (-4)
+/* A pool one-shot cancelled without the pool's lock (cancel.c), reported
+ * CANCELLED and final: until its cancel entry is drained, the pool's
+ * reference belongs to that entry, and whoever else meets the task in
+ * the queue takes it out without dropping that reference
+ * (chime__drop_locked); the drain (chime__cancelled_locked) drops it. */
+#define CHIME_TASK_CANCELLED_FAST 64
 
 /* The reference word (task->refs), one atomic for everything that is not
  * guarded by a lock:
@@ -128,12 +134,21 @@ chime__task_pool(const struct chime_task *t)
     return (struct chime_pool *)chime__slab_owner(t);
 }
 
+/* The state as stored: CHIME_TASK_CANCELLED_FAST stays itself. */
 static inline int
-chime__task_state(const struct chime_task *t)
+chime__task_state_raw(const struct chime_task *t)
 {
     int s = atomic_load_explicit(&t->state, memory_order_acquire);
     CHIME_HB_AFTER(&t->state);
     return s;
+}
+
+/* The state, a cancel without the lock reported as CANCELLED. */
+static inline int
+chime__task_state(const struct chime_task *t)
+{
+    int s = chime__task_state_raw(t);
+    return s == CHIME_TASK_CANCELLED_FAST ? CHIME_TASK_CANCELLED : s;
 }
 
 /* Publishes a new state (release): everything written before, the outcome

@@ -107,7 +107,7 @@ fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
         struct chime_task *t =
             peeked ? chime__heap_run_due(&p->heap, now, &d) : NULL;
         if (t != NULL && !(t->flags & (CHIME_TF_LAZY | CHIME_TF_DEFER)) &&
-            !chime__state_is_final(chime__task_state(t))) {
+            !chime__state_is_final(chime__task_state_raw(t))) {
             chime__heap_run_take(&p->heap);
             goto take;
         }
@@ -115,7 +115,8 @@ fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
         peeked = true;
         if (t == NULL)
             break;
-        bool final = chime__state_is_final(chime__task_state(t));
+        int st0 = chime__task_state_raw(t);
+        bool final = chime__state_is_final(st0);
         if (!(t->flags & CHIME_TF_LAZY) &&
             chime__undefer_locked(&p->heap, t)) {
             peeked = false; /* a push: look in full again */
@@ -126,10 +127,13 @@ fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
             /* A retained cancelled task (remove_on_cancel off) stays
              * queued while live tasks are ahead of it (the ring's): it
              * goes into the ring in its place, for its claimer to drop.
-             * (So does one cancelled without the lock, cancel.c, whose
-             * cancel the inbox has not passed on yet: only a cancel
-             * racing with this fill, as the drain came first.) */
-            if (tail == head || (t->flags & CHIME_TF_LAZY)) {
+             * One cancelled without the lock (cancel.c) whose cancel the
+             * inbox has not passed on yet (a cancel racing with this
+             * fill, as the drain came first) is only taken out: its
+             * cancel entry holds the pool's reference, and nothing may
+             * reach it once the drain has let go of it. */
+            if (tail == head || (t->flags & CHIME_TF_LAZY) ||
+                st0 == CHIME_TASK_CANCELLED_FAST) {
                 chime__heap_pop(&p->heap, NULL);
                 chime__drop_locked(t, &w->garbage);
                 continue;

@@ -8,20 +8,22 @@
  * for SPIN.
  *
  * The canceller holds a handle on a PENDING task and no lock. It CASes the
- * state PENDING -> CANCELLED (the outcome is decided there), takes one
- * more handle reference, and hands the task to the inbox's cancel buffer
- * under ilock, if the inbox is open; else it takes pool->mu and finishes
- * itself. It then reads the count of waiters and, if there are any, takes
+ * state PENDING -> CANCELLED_FAST (the outcome is decided there; reported
+ * as CANCELLED) and hands the task to the inbox's cancel buffer under
+ * ilock, if the inbox is open; else it takes pool->mu and finishes
+ * itself. The pool's reference on the task is the cancel entry's from the
+ * CAS on. It then reads the count of waiters and, if there are any, takes
  * the lock and broadcasts. Then it releases its own handle.
  *
  * A worker, holding the lock, first drains the inbox (a cancel entry:
- * count it, detach the task's slot if it is still queued with the pool's
- * reference, drop the canceller's reference), then fills the due ring: it
- * takes the queued task off the heap and CASes PENDING -> BATCHED; if the
- * CAS fails (cancelled meanwhile), it drops the pool's reference. A task
- * in the ring is claimed without the lock (BATCHED -> RUNNING), runs, and
- * completes (RUNNING -> DONE); its pool reference goes at the next turn,
- * under the lock.
+ * count it, detach the task's slot if it is still queued, drop the pool's
+ * reference), then fills the due ring: it takes the queued task off the
+ * heap and CASes PENDING -> BATCHED; if the CAS fails (cancelled
+ * meanwhile without the lock), it leaves the pool's reference to the
+ * cancel entry (chime__drop_locked). A task in the ring is claimed
+ * without the lock (BATCHED -> RUNNING), runs, and completes
+ * (RUNNING -> DONE); its pool reference goes at the next turn, under the
+ * lock.
  *
  * A waiter takes the lock, counts itself (seq_cst), then reads the state
  * and waits on the condition until it is final.
@@ -45,7 +47,9 @@
  *     (no reference leaks) and the inbox holds no cancel entry.
  *
  * Mutations: BUG_FILL_STORES (the fill stores BATCHED instead of a CAS),
- * BUG_NO_EXTRA_REF (the hand-off without the canceller's own reference),
+ * BUG_MEETER_DROPS (whoever takes a task cancelled without the lock out of
+ * the queue drops the pool's reference, as for any cancelled task: the
+ * entry is left pointing at a task that may be freed),
  * BUG_NO_WAKE (the canceller never looks at the waiters),
  * BUG_WAKE_FIRST (it reads the count of waiters before its CAS),
  * BUG_HANDBACK_IGNORES (shutdown_now hands back whatever its CAS did).
@@ -68,7 +72,8 @@
 #define S_RUNNING  2
 #define S_DONE     3
 #define S_CANC     4
-#define FINAL(s) ((s) == S_DONE || (s) == S_CANC)
+#define S_CFAST    5 /* CHIME_TASK_CANCELLED_FAST */
+#define FINAL(s) ((s) == S_DONE || (s) == S_CANC || (s) == S_CFAST)
 
 bool locked;         /* pool->mu */
 byte st = S_PENDING; /* task->state */
@@ -112,15 +117,27 @@ inline drop(pool, h) {
     }
 }
 
+/* chime__drop_locked: a lock holder that took the task out of the queue
+ * lets go of the pool's reference, unless the task was cancelled without
+ * the lock (its cancel entry's, then). */
+inline meeter_drop() {
+#ifdef BUG_MEETER_DROPS
+    drop(1, 0)
+#else
+    if
+    :: st == S_CFAST -> touch()
+    :: else -> drop(1, 0)
+    fi
+#endif
+}
+
 /* chime__cancelled_locked, for the one task: under the lock. */
 inline finish_cancel() {
     touch();
-    assert(st == S_CANC);
+    assert(st == S_CFAST);
     counted++;
-    if
-    :: inheap -> inheap = 0; drop(1, 1)
-    :: else -> drop(0, 1)
-    fi
+    inheap = 0; /* detached if it was still queued */
+    drop(1, 0)
 }
 
 /* The inbox's drain (its cancel part), under the lock. */
@@ -144,16 +161,13 @@ proctype Canceller()
     atomic {
         s = st;
         if
-        :: s == S_PENDING -> st = S_CANC
+        :: s == S_PENDING -> st = S_CFAST
         :: else -> skip
         fi
     }
     if
     :: s == S_PENDING ->
         cancel_ok = 1;
-#ifndef BUG_NO_EXTRA_REF
-        d_step { touch(); handles++ }
-#endif
         /* chime__inbox_cancel, under ilock. */
         atomic {
 #ifdef ALT_PUSH_CLOSED
@@ -214,7 +228,7 @@ proctype Worker()
         inheap = 0;
 #ifdef BUG_FILL_STORES
         if
-        :: FINAL(st) -> drop(1, 0)
+        :: FINAL(st) -> meeter_drop()
         :: else -> st = S_BATCHED; inring = 1
         fi
 #else
@@ -227,7 +241,7 @@ proctype Worker()
         }
         if
         :: s == S_PENDING -> inring = 1
-        :: else -> drop(1, 0)
+        :: else -> meeter_drop()
         fi
 #endif
     :: else -> skip
@@ -304,10 +318,10 @@ proctype ShutdownNow()
         touch();
         inheap = 0;
         if
-        :: FINAL(st) -> drop(1, 0) /* cancelled meanwhile */
+        :: FINAL(st) -> meeter_drop() /* cancelled meanwhile */
         :: else ->
             atomic {
-                won = (st != S_DONE && st != S_CANC);
+                won = !FINAL(st);
                 if
                 :: won -> st = S_CANC
                 :: else -> skip
@@ -328,7 +342,7 @@ proctype ShutdownNow()
                 fi;
                 d_step { touch(); handles++ };
                 drop(1, 0)
-            :: else -> drop(1, 0)
+            :: else -> meeter_drop()
             fi
         fi
     :: else -> skip
