@@ -101,7 +101,7 @@ function goal(name, fig, value, target, ok) {
 # against a measured floor for the operation.
 function floor_row(name, what, peer_ns, k, floor_ns, unit) {
     if (peer_ns == "" || floor_ns == "") return
-    printf "| %s | floor: %s allows %.1f ns per round; %s = %.1f ns | <= %.1f | %s |\n", name, what, peer_ns / k, unit, floor_ns, peer_ns / k, ((floor_ns > peer_ns / k) ? "**cannot be met on this machine**: the floor alone is slower" : "the floor allows it") >> tbl
+    printf "| %s | floor: %s allows %.1f ns per round; %s = %.1f ns | <= %.1f | %s |\n", name, what, peer_ns / k, unit, floor_ns, peer_ns / k, ((floor_ns > peer_ns / k) ? "**cannot be met on this machine** by a design that keeps the state of a task in its record: the floor alone is slower" : "the floor allows it") >> tbl
 }
 function label(w, size) {
     return w == "units" ? "UNITS" : toupper(w) " (" size ")"

@@ -44,7 +44,11 @@
  *   that fails leaves it spent. Without room a submission takes the
  *   locked path, which drains (and tops up) first and reports -ENOMEM
  *   itself. Nodes come from the slab's freed stack (an exchange, no
- *   lock), or from the slab under pool->mu when nothing was freed.
+ *   lock), or from the slab under pool->mu when nothing was freed. A
+ *   handle's reference on the pool comes from a credit under ilock
+ *   (CHIME_INBOX_CREDIT references taken with one atomic add; the rest
+ *   given back when the inbox closes, which every shutdown does before
+ *   the owner's reference goes).
  * - Termination. iopen is read under ilock and changed under pool->mu
  *   and ilock (chime__inbox_update_locked): open while the pool runs with
  *   all its core workers and no capacity bound (a capacity, a zero-core
@@ -93,6 +97,7 @@ refill(struct chime_pool *p)
 void
 chime__inbox_free(struct chime_pool *p)
 {
+    CHIME_ASSERT(p->icredit == 0); /* closed: given back */
     chime__free(p->ibase);
     p->ibase = NULL;
     p->ibuf = p->ispare = p->cbuf = p->cspare = NULL;
@@ -148,7 +153,18 @@ chime__inbox_push(struct chime_pool *p, chime_task_fn fn, void *arg,
                                                memory_order_relaxed) - 1,
                           memory_order_relaxed);
     chime__node_reused(t);
-    chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, 0, out != NULL);
+    /* A handle keeps the pool's memory: its reference from the credit. */
+    int with_handle = 0;
+    if (out != NULL) {
+        if (p->icredit == 0) {
+            atomic_fetch_add_explicit(&p->refs, CHIME_INBOX_CREDIT,
+                                      memory_order_relaxed);
+            p->icredit = CHIME_INBOX_CREDIT;
+        }
+        p->icredit--;
+        with_handle = 2;
+    }
+    chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, 0, with_handle);
     t->defer_deadline = deadline;
     uint32_t in = atomic_load_explicit(&p->in, memory_order_relaxed);
     p->ibuf[in] = t; /* room + in <= CHIME_INBOX_ROOM_MAX */
@@ -312,13 +328,20 @@ chime__inbox_update_locked(struct chime_pool *p)
     }
     chime__spin_lock(&p->ilock);
     atomic_store_explicit(&p->iopen, open, memory_order_relaxed);
-    uint32_t room = 0;
+    uint32_t room = 0, credit = 0;
     if (!open) {
-        /* The room goes back; the nodes stay for a reopening. */
+        /* The room goes back, and the references taken ahead; the nodes
+         * stay for a reopening. */
         room = atomic_load_explicit(&p->iroom, memory_order_relaxed);
         atomic_store_explicit(&p->iroom, 0, memory_order_relaxed);
+        credit = p->icredit;
+        p->icredit = 0;
     }
     chime__spin_unlock(&p->ilock);
+    /* Never the last: the owner's reference lasts until the pool's memory
+     * is let go of, after the inbox closed (chime_pool_destroy). */
+    if (credit != 0)
+        atomic_fetch_sub_explicit(&p->refs, credit, memory_order_relaxed);
     chime__heap_unreserve(&p->heap, room);
     chime__inbox_drain_locked(p); /* closing: what came in before; opening:
                                      the first room */

@@ -13,6 +13,9 @@
 #define CHIME_INBOX_ROOM_MAX 16384u
 /* Cancels handed to the drain (cancel.c) a buffer holds. */
 #define CHIME_INBOX_CANCELS 4096u
+/* Pool references a submission with a handle takes ahead at once: one
+ * atomic add on the pool's count per that many submissions. */
+#define CHIME_INBOX_CREDIT 64u
 
 /* Submits the one-shot fn(arg) after delay through the inbox. Returns 0
  * (accepted: queued as if chime_pool_schedule had taken the lock), or 1:

@@ -238,8 +238,11 @@ struct chime_pool {
     struct chime_task **ispare; /* mu: the other buffer */
     struct chime_task *ifree;  /* ilock: free nodes for the inbox */
     int64_t iwake; /* ilock: a submission due before this wakes a worker */
+    /* ilock: pool references taken ahead (CHIME_INBOX_CREDIT at a time)
+     * for the handles of submissions; given back when the inbox closes */
+    uint32_t icredit;
     /* ilock: queued one-shots cancelled without mu (cancel.c), in order,
-     * each holding one handle reference of its own; `cin` is also read
+     * each holding the pool's reference on its task; `cin` is also read
      * without the lock as a hint. Two buffers of CHIME_INBOX_CANCELS
      * after the submission buffers, swapped by the drain (mu). */
     struct chime_task **cbuf;
