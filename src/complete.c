@@ -220,11 +220,17 @@ batch_add(struct chime_free_batch *b, struct chime_task *t)
         b->unrefs++;
     chime__node_dispose(t);
     *chime__node_link(t) = NULL;
+    *chime__node_skip(t) = NULL;
     if (b->last != NULL)
         *chime__node_link(b->last) = t;
     else
         b->first = t;
     b->last = t;
+    struct chime_task **r = &b->recent[b->n % CHIME_NODE_AHEAD];
+    if (b->n >= CHIME_NODE_AHEAD)
+        *chime__node_skip(*r) = t;
+    *r = t;
+    b->n++;
 }
 
 void

@@ -144,10 +144,9 @@ chime__inbox_push(struct chime_pool *p, chime_task_fn fn, void *arg,
     }
     struct chime_task *t = p->ifree;
     p->ifree = *chime__node_link(t);
-    /* The next node was freed by a worker on another core: fetch it while
-     * this one is filled in. */
-    if (p->ifree != NULL)
-        __builtin_prefetch(p->ifree, 1);
+    /* The next nodes were freed by a worker on another core: fetch them
+     * while this one is filled in. */
+    chime__node_prefetch_after(t, p->ifree);
     atomic_store_explicit(&p->iroom,
                           atomic_load_explicit(&p->iroom,
                                                memory_order_relaxed) - 1,

@@ -536,6 +536,10 @@ struct chime_free_batch {
     struct chime_pool *p;
     struct chime_task *first, *last;
     unsigned unrefs;
+    unsigned n; /* nodes in the chain */
+    /* The last CHIME_NODE_AHEAD nodes added, by n modulo: each one's skip
+     * is set to the node added CHIME_NODE_AHEAD after it. */
+    struct chime_task *recent[CHIME_NODE_AHEAD];
 };
 void chime__free_batch_add(struct chime_free_batch *b, struct chime_task *t);
 void chime__free_batch_flush(struct chime_free_batch *b);

@@ -127,6 +127,7 @@ carve(struct chime_slab *s)
     for (size_t i = n; i-- > 0;) {
         struct chime_task *c = (struct chime_task *)(void *)(at + i * NODE);
         *chime__node_link(c) = t;
+        *chime__node_skip(c) = NULL; /* in order: the hardware fetches */
         t = c;
         /* Defined for chime__node_dispose, which reads it at every free. */
         atomic_init(&t->refs, 0);
@@ -146,10 +147,9 @@ chime__slab_alloc_locked(struct chime_slab *s)
     }
     chime__node_reused(t);
     s->free = *chime__node_link(t);
-    /* The next node is likely cold (freed by a worker on another core):
-     * fetch it while this one is filled in. */
-    if (s->free != NULL)
-        __builtin_prefetch(s->free, 1);
+    /* The next nodes are likely cold (freed by a worker on another core):
+     * fetch them while this one is filled in. */
+    chime__node_prefetch_after(t, s->free);
     return t;
 }
 
@@ -183,6 +183,7 @@ chime__slab_free(struct chime_slab *s, struct chime_task *t)
     /* Poisoned before it is published: once pushed, another thread may
      * take it and unpoison it for reuse. */
     chime__node_dispose(t);
+    *chime__node_skip(t) = NULL;
     CHIME_HB_BEFORE(&s->remote);
     struct chime_task *head =
         atomic_load_explicit(&s->remote, memory_order_relaxed);
