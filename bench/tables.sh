@@ -288,7 +288,12 @@ END {
     # (reference-counted handles): docs/benchmarks.md says why both.
     v = med("units", 1, "os", "w4_two_rmw_ns")
     if (v != "")
-        printf "| W4 | floor: a CAS and an atomic add on each record, no queue (w4_two_rmw_ns) = %.1f ns | <= 10 | %s |\n", v, ((v > 10) ? "a cancel of two RMWs cannot meet it (one RMW: see docs/benchmarks.md)" : "the floor allows it") >> tbl
+        printf "| W4 | floor: a CAS and an atomic add on each record, no queue (w4_two_rmw_ns) = %.1f ns | <= 10 | %s |\n", v, ((v > 10) ? "**cannot be met on this machine** by a cancel that makes both on its own thread" : "the floor allows it") >> tbl
+    # The same two RMWs with the second on another thread (a worker that
+    # drains the cancels and gives up the reference of the pool).
+    v = med("units", 1, "os", "w4_split_rmw_ns")
+    if (v != "")
+        printf "| W4 | floor: the CAS on one thread, the atomic add on another following it (w4_split_rmw_ns) = %.1f ns | <= 10 | %s |\n", v, ((v > 10) ? "**cannot be met on this machine** by a cancel whose second RMW is made by another thread either" : "the floor allows it") >> tbl
     s = msize["w5"]
     r = ratio(med("w5", s, "chime-post", "callbacks_per_s"), med("w5", s, "libuv-async", "callbacks_per_s"))
     goal("W5", sprintf("chime post / libuv async callbacks/s = %s", num(r, "%.2f")), r, ">= 2.5", r >= 2.5)

@@ -55,6 +55,14 @@
  *                         order (what every cancel that decides against a
  *                         concurrent worker must do at least)
  *   w4_two_rmw_ns         the same with a second atomic RMW on each record
+ *   w4_split_rmw_ns       the same two RMWs on each record, on two threads:
+ *                         one CASes the records in order and publishes how
+ *                         far it got every 64 records, the other follows
+ *                         it with the atomic add on each (a cancel whose
+ *                         second RMW, the pool's reference given up, is
+ *                         made by another thread: a worker draining the
+ *                         cancels); wall time from the first CAS until the
+ *                         second thread's last add, per record
  * The two-thread figures need both threads on a CPU at once: on a busy
  * machine they drift towards the one-thread ones.
  *
@@ -75,6 +83,38 @@ static int
 cmp_i64(const void *a, const void *b)
 {
     return bench_cmp_i64(a, b);
+}
+
+/* ---- W4's floors: a 40-byte record, and w4_split_rmw_ns's follower ----- */
+struct rec40 {
+    uint64_t w[4];
+    _Atomic uint32_t refs;
+    _Atomic int8_t state;
+    uint8_t pad[3];
+};
+struct split {
+    struct rec40 **handles;
+    long n;
+    _Atomic long done; /* records the first thread has CASed */
+    _Atomic int go;
+    int64_t end_ns;    /* when the follower made its last add */
+};
+
+static void *
+split_follower(void *arg)
+{
+    struct split *sp = arg;
+    while (!atomic_load_explicit(&sp->go, memory_order_acquire))
+        ;
+    long i = 0;
+    while (i < sp->n) {
+        long lim = atomic_load_explicit(&sp->done, memory_order_acquire);
+        for (; i < lim; i++)
+            atomic_fetch_sub_explicit(&sp->handles[i]->refs, 1,
+                                      memory_order_acq_rel);
+    }
+    sp->end_ns = bench_now_ns();
+    return NULL;
 }
 
 /* ---- w3 ------------------------------------------------------------------ */
@@ -408,15 +448,11 @@ units(int argc, char **argv)
      * order (W4's schedules), then reached through an array of handles in
      * that order (W4's cancels): w4_touch_ns one CAS on a word of each
      * (the least a cancel that decides against a concurrent worker does),
-     * w4_two_rmw_ns a CAS and an atomic add on each. */
-    for (int mode = 0; mode < 2; mode++) {
+     * w4_two_rmw_ns a CAS and an atomic add on each, w4_split_rmw_ns the
+     * same with the add on another thread. */
+    for (int mode = 0; mode < 3; mode++) {
         long p = N(1000000);
-        struct rec40 {
-            uint64_t w[4];
-            _Atomic uint32_t refs;
-            _Atomic int8_t state;
-            uint8_t pad[3];
-        } *recs = malloc((size_t)p * sizeof(*recs));
+        struct rec40 *recs = malloc((size_t)p * sizeof(*recs));
         struct rec40 **handles = malloc((size_t)p * sizeof(*handles));
         BENCH_CHECK(recs && handles, UW, US, "out of memory");
         for (long i = 0; i < p; i++) {
@@ -424,19 +460,39 @@ units(int argc, char **argv)
             atomic_store_explicit(&recs[i].refs, 2, memory_order_relaxed);
             handles[i] = &recs[i];
         }
+        /* w4_split_rmw_ns: the atomic adds on another thread (see the
+         * top), which follows this one's published progress. */
+        struct split sp = {.handles = handles, .n = p};
+        pthread_t f;
+        if (mode == 2)
+            BENCH_CHECK(pthread_create(&f, NULL, split_follower, &sp) == 0,
+                        UW, US, "pthread_create");
         long won = 0;
         t0 = bench_now_ns();
+        atomic_store_explicit(&sp.go, 1, memory_order_release);
         for (long i = 0; i < p; i++) {
             struct rec40 *r = handles[i];
             int8_t pending = 0;
             won += atomic_compare_exchange_strong(&r->state, &pending, 3);
             if (mode == 1)
                 atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+            else if (mode == 2 && ((i & 63) == 63 || i == p - 1))
+                atomic_store_explicit(&sp.done, i + 1, memory_order_release);
         }
         int64_t d = bench_now_ns() - t0;
         BENCH_CHECK(won == p, UW, US, "w4 floor: %ld CAS won of %ld", won, p);
-        bench_result(UW, US, mode ? "w4_two_rmw_ns" : "w4_touch_ns",
-                     per_op(d, p));
+        if (mode == 2) {
+            pthread_join(f, NULL);
+            d = sp.end_ns - t0; /* until the last add */
+            for (long i = 0; i < p; i++)
+                BENCH_CHECK(atomic_load_explicit(&recs[i].refs,
+                                                 memory_order_relaxed) == 1,
+                            UW, US, "w4 split floor: record %ld not followed",
+                            i);
+        }
+        static const char *const names[] = {"w4_touch_ns", "w4_two_rmw_ns",
+                                            "w4_split_rmw_ns"};
+        bench_result(UW, US, names[mode], per_op(d, p));
         free(recs);
         free(handles);
     }
