@@ -39,7 +39,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DEFAULT_BATCH 64u
+#define DEFAULT_BATCH 256u /* chime.h: chime_loop_options.batch_limit */
 
 void
 chime_loop_options_init(chime_loop_options *o)
@@ -201,7 +201,7 @@ chime_loop_close(chime_loop *l)
      * slab's chunks, freed with the pool). */
     chime__ready_plock(l);
     struct chime_task *nodes = l->pfree;
-    l->pfree = NULL;
+    l->pfree = l->pfree_last = NULL;
     l->npfree = 0;
     chime__ready_punlock(l);
     for (int pass = 0; pass < 2; pass++) {

@@ -38,8 +38,9 @@
  *   close, which seals the list under plock before closing the fd, never
  *   meets a write in progress.
  * - Nodes. The dispatch puts a finished node on a consumer-side list
- *   (cfree, loop->mu) and hands that list to the producers' free list in
- *   the next collection (plock held anyway): nodes go back in batches. An
+ *   (cfree, loop->mu) and appends that list to the producers' free list
+ *   in the next collection (plock held anyway): nodes go back in batches,
+ *   behind the ones the producers have fetched already. An
  *   empty free list is refilled from the pool's slab, POST_REFILL
  *   nodes at once, with plock released.
  */
@@ -94,11 +95,15 @@ chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg,
             return -ENOMEM;
         chime__ready_plock(l);
         *chime__node_link(last) = l->pfree;
+        if (l->pfree == NULL)
+            l->pfree_last = last;
         l->pfree = list;
         l->npfree += n;
     }
     struct chime_task *t = l->pfree;
     l->pfree = *chime__node_link(t);
+    if (l->pfree == NULL)
+        l->pfree_last = NULL;
     l->npfree--;
     /* The next post's node was last written by the loop thread: start
      * fetching it now, while this post is filled in. */

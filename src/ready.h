@@ -87,6 +87,9 @@ struct chime_loop {
     size_t ncposts;
     struct chime_task *cfree, *cfree_last; /* mu: finished post nodes, for
                                               the next collection */
+    unsigned plean;           /* mu: the last collection took so few posts
+                                 that the loop keeps pace with a producer
+                                 (ready.c: the next one waits a moment) */
     unsigned ncfree;          /* mu */
 
     /* The post list (post.c): handle-less posts (and delay-0 schedules)
@@ -110,6 +113,8 @@ struct chime_loop {
     _Atomic(struct chime_task *) phead;
     struct chime_task *plast; /* plock: the last of them, or NULL */
     struct chime_task *pfree; /* plock: free nodes for posts */
+    struct chime_task *pfree_last; /* plock: the last of them (a
+                                      collection appends after it) */
     unsigned npfree;          /* plock */
     size_t pcount;            /* plock: how many */
     /* plock: the last CHIME_POST_AHEAD posts of the list (by pcount),

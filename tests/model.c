@@ -1693,14 +1693,14 @@ m_gen_config(m_gen *g, m_model *m)
     int nl = (c3 >> 2) & 3;
     m->nloops = nl == 0 ? 0 : nl == 3 ? 2 : 1;
     if (m->nloops > 0) {
-        /* batch_limit (0: the default, 64): small ones leave work in the
+        /* batch_limit (0: the default, 256): small ones leave work in the
          * ready queue between dispatches; 40 takes two rounds of
          * CHIME_LOOP_BATCH. */
         static const unsigned limits[8] = {0, 1, 2, 3, 4, 8, 40, 0};
         uint8_t c4 = m_byte(&g->src);
         for (int i = 0; i < m->nloops; i++) {
             g->limit_opt[i] = limits[(c4 >> (3 * i)) & 7];
-            m->l[i].limit = g->limit_opt[i] ? g->limit_opt[i] : 64;
+            m->l[i].limit = g->limit_opt[i] ? g->limit_opt[i] : 256;
             m->l[i].current = -1;
         }
     }

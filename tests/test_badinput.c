@@ -399,16 +399,16 @@ Test(badinput, out_of_range_arguments)
         chime_pool_await_termination(p, 0), -ETIMEDOUT);
     cr_assert_eq(chime_task_cancel(per_h, 0), 0);
 
-    /* Options: batch_limit 0 is the default (64). */
+    /* Options: batch_limit 0 is the default (256). */
     chime_loop_options lo;
     chime_loop_options_init(&lo);
     lo.batch_limit = 0;
     chime_loop *l0 = NULL;
-    BAD("chime_loop_new", "opts.batch_limit = 0 (default 64)",
+    BAD("chime_loop_new", "opts.batch_limit = 0 (default 256)",
         chime_loop_new(p, &lo, &l0), 0);
-    for (int i = 0; i < 70; i++)
+    for (int i = 0; i < 270; i++)
         cr_assert_eq(chime_loop_post(l0, t_noop_fn, NULL, NULL), 0);
-    cr_assert_eq(chime_loop_dispatch(l0), 64);
+    cr_assert_eq(chime_loop_dispatch(l0), 256);
     cr_assert_eq(chime_loop_close(l0), 0);
 
     cr_assert_eq(chime_task_release(now_h), 0);

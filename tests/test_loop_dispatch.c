@@ -213,7 +213,7 @@ Test(loop, fd_is_quiet_after_a_full_batch_that_empties_the_queue)
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
-Test(loop, default_batch_limit_is_64)
+Test(loop, default_batch_limit_is_256)
 {
     chime_pool *p = pool_with(1);
     chime_loop_options o;
@@ -225,7 +225,7 @@ Test(loop, default_batch_limit_is_64)
     for (int k = 0; k < 2; k++) {
         atomic_int n = 0;
         cr_assert_eq(chime_loop_set_thread(ls[k]), 0);
-        post_and_dispatch(ls[k], &n, 100, (const int[]){64, 36}, 2);
+        post_and_dispatch(ls[k], &n, 300, (const int[]){256, 44}, 2);
         cr_assert_eq(chime_loop_close(ls[k]), 0);
     }
     cr_assert_eq(chime_pool_destroy(p), 0);

@@ -287,7 +287,7 @@ Test(loop, options_thread_names_the_loop_thread_at_creation)
     memset(&o, 0xff, sizeof(o));
     chime_loop_options_init(&o);
     cr_assert_null(o.thread, "not named by default");
-    cr_assert_eq(o.batch_limit, 64);
+    cr_assert_eq(o.batch_limit, 256);
 
     chime_pool *p = pool_with(1);
     later t = {0};
