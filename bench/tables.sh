@@ -264,11 +264,15 @@ END {
         printf "| W2 | floor: a round with no queue in it (w2_floor_ns), growth 1k -> 1M = %s (%s -> %s ns) | <= 1.5 | %s |\n", num(r, "%.2f"), num(med("units", 1, "os", "w2_floor_ns_L1000"), "%.1f"), num(med("units", 1, "os", "w2_floor_ns_L1000000"), "%.1f"), ((r > 1.5) ? "**cannot be met on this machine**: the floor alone grows more" : "the floor allows it") >> tbl
     # The floors of the rate goals against libevent: the ns per round a
     # goal allows, against a round with no queue in it (w_floor units):
-    # re-arm against w2_floor_ns (the victim touched, the clock read),
-    # cancel+schedule against w2_cs_floor_ns (that, with the CAS and the
-    # decrement of the handle in a thread-safe cancel, the new task written).
+    # re-arm against w2_rearm_floor_ns (the victim reached, the CAS that
+    # decides against a concurrent worker, the clock read, the deadline
+    # written) and against w2_floor_ns (no atomic step: below any
+    # thread-safe re-arm), cancel+schedule against w2_cs_floor_ns (the
+    # CAS and the decrement of the handle in a thread-safe cancel, the
+    # new task written).
     ln = med("w2", s, "libevent-common", "ns_per_round")
     floor_row("W2", "cancel+schedule >= 1.5x libevent common-timeout", ln, 1.5, med("units", 1, "os", "w2_cs_floor_ns_L" s), "w2_cs_floor_ns_L" s)
+    floor_row("W2", "re-arm >= 2x libevent common-timeout", ln, 2, med("units", 1, "os", "w2_rearm_floor_ns_L" s), "w2_rearm_floor_ns_L" s)
     floor_row("W2", "re-arm >= 2x libevent common-timeout", ln, 2, med("units", 1, "os", "w2_floor_ns_L" s), "w2_floor_ns_L" s)
     s = msize["w3"]
     split("p50_us p99_us p999_us", pp, " ")
