@@ -243,6 +243,17 @@ crate_version() {
     echo "timer slack (this shell): $(cat /proc/self/timerslack_ns 2>/dev/null || echo unknown) ns"
     echo "netty: $(dpkg-query -W -f='${Version}' libnetty-java 2>/dev/null || echo unknown)"
     echo "command: bash bench/run.sh${ARGS:+ $ARGS} ($runs runs)"
+    # The vCPUs one by one (pinned): a VM's vCPUs need not be alike (on
+    # the AMD EPYC VM of issue 11, memory-bound rounds ran 2-2.5x slower on
+    # vCPU 1), and a single-threaded run lands on either. One w_floor at
+    # half its counts per vCPU, before any run.
+    if command -v taskset >/dev/null 2>&1; then
+        for ((c = 0; c < $(nproc) && c < 8; c++)); do
+            taskset -c "$c" "$BUILD/w_floor" units scale_pct=50 2>/dev/null |
+                awk -v c="$c" '$1 == "RESULT" && ($4 == "clock_ns" || $4 == "w2_floor_ns_L100000" || $4 == "w2_cs_floor_ns_L100000") { v = v sprintf(" %s %.1f", $4, $5) }
+                    END { print "vcpu " c " (pinned, one w_floor units at half counts):" v }'
+        done
+    fi
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt"
 echo "run.sh: load average now: $(cut -d' ' -f1-3 /proc/loadavg) (the figures" \
