@@ -32,6 +32,21 @@
  *   the state and then reads the count (both seq_cst): one sees the
  *   other. A closed or full buffer: the canceller takes the lock and
  *   finishes itself. docs/model/cancel.pml.
+ * - Re-arm without pool->mu (rearm_fast): the connection-timeout reset, a
+ *   queued pool one-shot whose slot is deferred already (state DEFERRED)
+ *   re-armed later again. It takes the task by CAS DEFERRED ->
+ *   DEFER_BUSY, raises defer_deadline, takes a sequence number from the
+ *   pool's counter and stores DEFERRED back: the slot is not touched
+ *   (heap.h: a deferred slot's order does not read the task's number).
+ *   Everyone else who changes a DEFERRED task first takes it the same way
+ *   (chime__defer_own, waiting out DEFER_BUSY): the undefer when its slot
+ *   reaches the head, a locked re-arm, a cancel (which CASes it final), a
+ *   filter that takes it out of the heap. It declines (the locked path
+ *   decides) for an earlier deadline (the slot's key is not known
+ *   without the lock), a closed inbox (shutdown, a capacity bound), and
+ *   submissions in the inbox (their numbers come at the drain: one that
+ *   came before this re-arm must get a smaller number). docs/model/
+ *   rearm.pml.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -54,6 +69,10 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
     for (;;) {
         if (chime__state_is_final(st))
             return -EALREADY; /* its worker completed it first */
+        if (st == CHIME_TASK_DEFER_BUSY) {
+            st = chime__task_state_settled(t); /* a re-arm holds it */
+            continue;
+        }
         bool running = st == CHIME_TASK_RUNNING || st == CHIME_TASK_RUN_REARMED;
         if (running && queued_only)
             return -ENOENT;
@@ -109,8 +128,12 @@ cancel_fast(struct chime_task *t, struct chime_pool *p)
         !atomic_load_explicit(&p->remove_on_cancel, memory_order_relaxed))
         return 1;
     int8_t st = CHIME_TASK_PENDING;
-    if (!chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED_FAST))
-        return 1;
+    while (!chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED_FAST)) {
+        if (st == CHIME_TASK_DEFER_BUSY)
+            st = chime__task_state_settled(t); /* a re-arm holds it */
+        if (st != CHIME_TASK_PENDING && st != CHIME_TASK_DEFERRED)
+            return 1;
+    }
     /* From here the pool's reference is the cancel entry's: nobody else
      * drops it (chime__drop_locked), so the task outlives the entry
      * whatever this caller's handle does after the return. */
@@ -174,7 +197,8 @@ chime_task_cancel(chime_task *t, unsigned flags)
     if (chime__state_is_final(st))
         return -EALREADY; /* the pool may be gone: not touched */
     struct chime_pool *p = chime__task_pool(t);
-    if (st == CHIME_TASK_PENDING && !CHIME_FORKED(p) && cancel_fast(t, p) == 0)
+    if (chime__state_is_queued(st) && !CHIME_FORKED(p) &&
+        cancel_fast(t, p) == 0)
         return 0;
     struct chime_loop *l;
     int rc = lock_live(t, &l);
@@ -196,6 +220,38 @@ chime_task_cancel(chime_task *t, unsigned flags)
 
 static int rearm(chime_task *t, int64_t delay_ns, bool pending_only);
 
+/* Re-arm of a deferred pool one-shot without the pool's lock (see the
+ * design notes). Returns 1 when it is not one for it (the locked path
+ * decides), else the result (0). */
+static int
+rearm_fast(struct chime_task *t, int64_t delay_ns)
+{
+    if (t->loop_id != 0 || chime__task_kind(t) != CHIME_KIND_ONESHOT)
+        return 1;
+    int8_t st = (int8_t)chime__task_state_raw(t);
+    if (st != CHIME_TASK_DEFERRED)
+        return 1;
+    struct chime_pool *p = chime__task_pool(t);
+    if (CHIME_FORKED(p) ||
+        !atomic_load_explicit(&p->iopen, memory_order_relaxed) ||
+        atomic_load_explicit(&p->in, memory_order_acquire) != 0)
+        return 1;
+    int64_t d = chime__deadline_after(chime__pool_now(p), delay_ns);
+    if (!chime__task_cas_state(t, &st, CHIME_TASK_DEFER_BUSY))
+        return 1;
+    /* Only this thread writes the deadline and the number now. */
+    if (d < t->defer_deadline) {
+        /* Earlier: the slot may have to move (its key is not known
+         * here). */
+        chime__task_set_state(t, CHIME_TASK_DEFERRED);
+        return 1;
+    }
+    t->seq = chime__pool_seq(p);
+    chime__defer_set(t, d);
+    chime__task_set_state(t, CHIME_TASK_DEFERRED);
+    return 0;
+}
+
 int
 chime_task_rearm(chime_task *t, int64_t delay_ns)
 {
@@ -204,6 +260,8 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
     const struct chime_wall_hooks *w = chime__wall_of(t);
     if (w != NULL && !chime__state_is_final(chime__task_state(t)))
         w->rearmed(t->arg, delay_ns); /* its wall deadline moves too */
+    if (rearm_fast(t, delay_ns) == 0)
+        return 0;
     return rearm(t, delay_ns, false);
 }
 
@@ -229,7 +287,7 @@ rearm(chime_task *t, int64_t delay_ns, bool pending_only)
     int rc = lock_live(t, &l);
     if (rc != 0)
         return rc;
-    if (pending_only && chime__task_state(t) != CHIME_TASK_PENDING) {
+    if (pending_only && !chime__state_is_queued(chime__task_state(t))) {
         pthread_mutex_unlock(l ? &l->mu : &chime__task_pool(t)->mu);
         return -EBUSY;
     }
@@ -252,6 +310,10 @@ rearm(chime_task *t, int64_t delay_ns, bool pending_only)
     int64_t d = chime__deadline_after(chime__pool_now(p), delay_ns);
     int8_t st = (int8_t)chime__task_state(t);
     for (;;) {
+        if (st == CHIME_TASK_DEFER_BUSY) {
+            st = chime__task_state_settled(t); /* a re-arm holds it */
+            continue;
+        }
         if (chime__state_is_final(st)) {
             rc = -EALREADY; /* its worker completed it first */
             break;
@@ -276,22 +338,27 @@ rearm(chime_task *t, int64_t delay_ns, bool pending_only)
             if (st == CHIME_TASK_REARMING ||
                 chime__task_cas_state(t, &st, CHIME_TASK_REARMING)) {
                 /* Its place among equal deadlines is the re-arm's. */
-                chime__rearmed_put(p, t, p->next_seq++);
+                chime__rearmed_put(p, t, chime__pool_seq(p));
                 break;
             }
             chime__set_rearm_target(t, old);
             continue;
         }
         CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
+        /* Deferred: taken from re-arms without the lock (DEFERRED ->
+         * DEFER_BUSY) while this one writes it; `st` is its state. */
+        bool owned = chime__defer_own(t, &st);
         /* A fresh sequence number: the re-armed task queues behind tasks
          * already due at the same instant, as a new submission would. */
-        t->seq = p->next_seq++;
+        t->seq = chime__pool_seq(p);
         if ((t->flags & CHIME_TF_DEFER) && d >= t->defer_deadline) {
             /* Already deferred, and later still (the connection timeout
              * reset again): its slot is earlier than d and its order
              * there does not depend on the sequence number (heap.h), so
              * neither is read: the task's own line only. */
-            t->defer_deadline = d;
+            chime__defer_set(t, d);
+            if (owned)
+                chime__task_set_state(t, CHIME_TASK_DEFERRED);
             break;
         }
         int64_t slot = chime__heap_deadline(&p->heap, t);
@@ -301,12 +368,20 @@ rearm(chime_task *t, int64_t delay_ns, bool pending_only)
              * children: one cache line) and remember the real deadline;
              * the task moves when its old slot reaches the head. O(1)
              * instead of a sift to the bottom of the heap. */
-            t->defer_deadline = d;
+            chime__defer_set(t, d);
             t->flags |= CHIME_TF_DEFER;
             chime__heap_update(&p->heap, t, slot);
+            /* Open to re-arms without the lock (a cancel without it may
+             * have taken the task meanwhile: then it stays so). */
+            if (owned)
+                chime__task_set_state(t, CHIME_TASK_DEFERRED);
+            else if (st == CHIME_TASK_PENDING)
+                (void)chime__task_cas_state(t, &st, CHIME_TASK_DEFERRED);
         } else {
             t->flags &= (uint8_t)~CHIME_TF_DEFER;
             chime__heap_update(&p->heap, t, d);
+            if (owned)
+                chime__task_set_state(t, CHIME_TASK_PENDING);
             if (t->heap_index == 0)
                 chime__new_head_locked(p);
         }

@@ -113,8 +113,10 @@ chime__complete_locked(struct chime_pool *p, struct chime_task *t, int state,
          * task, or the queued one a DISCARD_OLDEST gives up.) */
         if (state == CHIME_TASK_REJECTED)
             t->error = err; /* out of the heap: the index is free */
-        int8_t cur = (int8_t)chime__task_state_raw(t);
+        int8_t cur = chime__task_state_settled(t);
         do {
+            if (cur == CHIME_TASK_DEFER_BUSY)
+                cur = chime__task_state_settled(t); /* a re-arm holds it */
             if (chime__state_is_final(cur))
                 return false;
         } while (!chime__task_cas_state(t, &cur, state));

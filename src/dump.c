@@ -91,7 +91,7 @@ add_held(struct snap *s, struct chime_task *t, int64_t deadline, bool due,
     }
     if (chime__task_kind(t) == CHIME_KIND_ONESHOT &&
         (t->flags & CHIME_TF_DEFER) && s->loop == NULL)
-        deadline = t->defer_deadline; /* re-armed later: its real one */
+        deadline = chime__defer_get(t); /* re-armed later: its real one */
     struct entry *e = &s->v[s->n];
     e->order = (uint32_t)s->n++;
     e->task = held ? t : chime_task_retain(t);

@@ -11,13 +11,16 @@
  * - Where the key lives. A task in the inbox keeps its deadline in
  *   defer_deadline (a one-shot's period field); the drain swaps the
  *   buffer for the spare one under ilock, then, without it, gives each
- *   task a sequence number from next_seq in buffer order and pushes it
+ *   task a sequence number in buffer order (a block of next_seq taken
+ *   under ilock with the swap) and pushes it
  *   into the heap (the buffer is read in order, so the tasks, written by
  *   producers on other cores, are fetched ahead; a linked list made that
  *   a chain of cache misses). The buffer's order is the order of ilock's
  *   critical sections, and every other way to take a sequence number
- *   takes pool->mu, which drains first (chime__pool_lock): FIFO among
- *   equal deadlines holds as when every submission took the lock.
+ *   takes pool->mu, which drains first (chime__pool_lock), except a
+ *   re-arm of a deferred task without the lock, which goes ahead only
+ *   when it sees the inbox empty: FIFO among equal deadlines holds as
+ *   when every submission took the lock.
  * - Who drains. Whoever takes pool->mu to look at the queue or at a task
  *   (chime__pool_lock: cancel, re-arm, remove, stats, shutdown, ...), and
  *   every worker at each look at the heap (take_locked). A handle's task
@@ -229,7 +232,7 @@ void
 chime__inbox_drain_locked(struct chime_pool *p)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    uint32_t n = 0, nc = 0;
+    uint32_t n = 0, nc = 0, seq = 0;
     struct chime_task **v = NULL, **c = NULL;
     if (atomic_load_explicit(&p->in, memory_order_relaxed) != 0 ||
         atomic_load_explicit(&p->cin, memory_order_relaxed) != 0) {
@@ -238,7 +241,12 @@ chime__inbox_drain_locked(struct chime_pool *p)
         v = p->ibuf;
         p->ibuf = p->ispare;
         p->ispare = v;
-        atomic_store_explicit(&p->in, 0, memory_order_relaxed);
+        /* The buffer's numbers, before `in` is reset (release): a re-arm
+         * without the lock that sees it empty numbers itself after these
+         * (cancel.c, rearm_fast). */
+        seq = atomic_fetch_add_explicit(&p->next_seq, n,
+                                        memory_order_relaxed);
+        atomic_store_explicit(&p->in, 0, memory_order_release);
         nc = atomic_load_explicit(&p->cin, memory_order_relaxed);
         c = p->cbuf;
         p->cbuf = p->cspare;
@@ -254,7 +262,7 @@ chime__inbox_drain_locked(struct chime_pool *p)
         struct chime_task *t = v[i];
         int64_t deadline = t->defer_deadline;
         t->defer_deadline = 0; /* a one-shot's period */
-        t->seq = p->next_seq++;
+        t->seq = seq++;
         chime__heap_unreserve(&p->heap, 1);
         int rc = chime__heap_push(&p->heap, t, deadline);
         CHIME_ASSERT(rc == 0); /* its slot was reserved */

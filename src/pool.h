@@ -117,7 +117,6 @@ struct chime_pool {
 
     /* Everything below is guarded by mu unless marked otherwise. */
     chime_heap heap;
-    uint32_t next_seq;  /* wraps; compared with wrap-around */
     /* The due rings (see struct chime_due_ring). */
     char due_pad_[64]; /* claimers' lines apart from the pool's fields */
     struct chime_due_ring due[CHIME_DUE_RINGS];
@@ -229,6 +228,14 @@ struct chime_pool {
      * swaps them. */
     struct chime_task **ibuf;
     _Atomic uint32_t in;
+    /* Sequence numbers (FIFO among equal deadlines; wraps, compared with
+     * wrap-around), one atomic counter for every way a task is queued: a
+     * submission under mu, a drain of the inbox (a block for its buffer,
+     * taken under ilock before `in` is reset: a re-arm without the lock
+     * that sees the inbox empty numbers itself after every submission
+     * that came before it), a re-arm with or without the lock. Beside
+     * `in`, which such a re-arm reads too. */
+    _Atomic uint32_t next_seq;
     _Atomic uint32_t iroom; /* ilock: submissions the inbox may still take,
                                each with a heap slot reserved; read
                                without it as a hint */
@@ -252,6 +259,13 @@ struct chime_pool {
     char ipad2_[64];
 };
 
+/* The next sequence number (see next_seq). */
+static inline uint32_t
+chime__pool_seq(struct chime_pool *p)
+{
+    return atomic_fetch_add_explicit(&p->next_seq, 1, memory_order_relaxed);
+}
+
 /* The deferred re-arm (CHIME_TF_DEFER, set by chime_task_rearm in
  * cancel.c): a queued one-shot re-armed to a later deadline keeps its slot
  * and key, and defer_deadline holds the real deadline. */
@@ -259,7 +273,7 @@ struct chime_pool {
 static inline int64_t
 chime__real_deadline(const struct chime_task *t, int64_t slot_deadline)
 {
-    return (t->flags & CHIME_TF_DEFER) ? t->defer_deadline : slot_deadline;
+    return (t->flags & CHIME_TF_DEFER) ? chime__defer_get(t) : slot_deadline;
 }
 
 /* The deadline of a queued task (its slot's, or the deferred one). */
@@ -278,8 +292,26 @@ chime__undefer_locked(chime_heap *h, struct chime_task *t)
     if (!(t->flags & CHIME_TF_DEFER))
         return false;
     t->flags &= (uint8_t)~CHIME_TF_DEFER;
+    /* Taken from re-arms without the lock first: after this none can
+     * change the deadline or the sequence number the slot moves to. */
+    int8_t st;
+    bool owned = chime__defer_own(t, &st);
     chime__heap_update(h, t, t->defer_deadline);
+    if (owned)
+        chime__task_set_state(t, CHIME_TASK_PENDING);
     return true;
+}
+
+/* Takes a task about to leave the heap (on a list next, whose link shares
+ * the sequence number's storage) from re-arms without the lock: a DEFERRED
+ * one becomes PENDING (its CHIME_TF_DEFER stays until the slot goes).
+ * Harmless on any other task. pool->mu held. */
+static inline void
+chime__defer_close_locked(struct chime_task *t)
+{
+    int8_t st;
+    if (chime__defer_own(t, &st))
+        chime__task_set_state(t, CHIME_TASK_PENDING);
 }
 
 /* A pool task claimed by a worker (BATCHED, REARMING, RUNNING,

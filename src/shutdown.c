@@ -34,8 +34,11 @@ drop_at_shutdown(struct chime_task *t, int64_t deadline, void *arg)
     struct shutdown_ctx *c = arg;
     if (chime__state_is_final(chime__task_state(t)))
         return 1;
-    return !chime__can_run_locked(c->p, t, chime__real_deadline(t, deadline),
-                                  c->now);
+    if (chime__can_run_locked(c->p, t, chime__real_deadline(t, deadline),
+                              c->now))
+        return 0;
+    chime__defer_close_locked(t); /* on a list next: its link is seq's */
+    return 1;
 }
 
 /* The same for a binding's timer: its real deadline, touches included
@@ -156,9 +159,9 @@ hand_back_locked(struct chime_pool *p, struct chime_loop *l,
 static int
 drop_all(struct chime_task *t, int64_t deadline, void *arg)
 {
-    (void)t;
     (void)deadline;
     (void)arg;
+    chime__defer_close_locked(t); /* on a list next: its link is seq's */
     return 1;
 }
 

@@ -333,7 +333,7 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
             *out = t;
         return 0;
     }
-    t->seq = p->next_seq++;
+    t->seq = chime__pool_seq(p);
     p->heap.near_hint = now;
     if (chime__heap_push(&p->heap, t, chime__deadline_after(now, delay)) !=
         0) {

@@ -7,6 +7,7 @@
 #include "annot.h"
 #include "common.h"
 #include "slab.h"
+#include "spin.h"
 
 struct chime_pool;
 
@@ -63,6 +64,16 @@ enum {
  * the queue takes it out without dropping that reference
  * (chime__drop_locked); the drain (chime__cancelled_locked) drops it. */
 #define CHIME_TASK_CANCELLED_FAST 64
+/* A queued pool one-shot whose slot is deferred (CHIME_TF_DEFER): it may
+ * be re-armed later without the pool's lock (cancel.c, rearm_fast), which
+ * takes the task by CAS DEFERRED -> DEFER_BUSY, writes its real deadline
+ * (defer_deadline) and sequence number, and stores DEFERRED back. Whoever
+ * else changes either, or the state, waits out DEFER_BUSY
+ * (chime__defer_own): the undefer, a locked re-arm, a cancel, a shutdown.
+ * So a task is DEFERRED only with CHIME_TF_DEFER set and its slot in the
+ * heap; both are reported PENDING. docs/model/rearm.pml. */
+#define CHIME_TASK_DEFERRED (-5)
+#define CHIME_TASK_DEFER_BUSY (-6)
 
 /* The reference word (task->refs), one atomic for everything that is not
  * guarded by a lock:
@@ -187,6 +198,68 @@ static inline int
 chime__state_is_final(int s)
 {
     return s >= CHIME_TASK_DONE;
+}
+
+/* Waiting in its queue: PENDING, or DEFERRED (also while a re-arm without
+ * the lock holds it, DEFER_BUSY). */
+static inline int
+chime__state_is_queued(int s)
+{
+    return s == CHIME_TASK_PENDING || s == CHIME_TASK_DEFERRED ||
+           s == CHIME_TASK_DEFER_BUSY;
+}
+
+/* The state, DEFER_BUSY waited out (a re-arm without the lock holds the
+ * task for a dozen instructions; on a loaded machine it may be preempted
+ * in them). */
+static inline int8_t
+chime__task_state_settled(const struct chime_task *t)
+{
+    for (unsigned spins = 0;; spins++) {
+        int8_t s = (int8_t)chime__task_state_raw(t);
+        if (s != CHIME_TASK_DEFER_BUSY)
+            return s;
+        if (spins >= 1024)
+            sched_yield();
+        else
+            chime__cpu_pause();
+    }
+}
+
+/* Takes a DEFERRED task for its holder (pool->mu held, or a re-arm about
+ * to write it): CAS DEFERRED -> DEFER_BUSY, DEFER_BUSY waited out. True
+ * when taken: the caller stores the next state (DEFERRED or PENDING).
+ * False when the task is not DEFERRED (*st: its state, never
+ * DEFER_BUSY): then no re-arm without the lock can take it either. */
+static inline bool
+chime__defer_own(struct chime_task *t, int8_t *st)
+{
+    for (;;) {
+        int8_t s = chime__task_state_settled(t);
+        if (s != CHIME_TASK_DEFERRED) {
+            *st = s;
+            return false;
+        }
+        if (chime__task_cas_state(t, &s, CHIME_TASK_DEFER_BUSY)) {
+            *st = CHIME_TASK_DEFERRED;
+            return true;
+        }
+    }
+}
+
+/* A deferred task's real deadline, read under pool->mu while a re-arm
+ * without the lock may raise it (relaxed: either value is one the task
+ * had during the read). */
+static inline int64_t
+chime__defer_get(const struct chime_task *t)
+{
+    return __atomic_load_n(&t->defer_deadline, __ATOMIC_RELAXED);
+}
+
+static inline void
+chime__defer_set(struct chime_task *t, int64_t d)
+{
+    __atomic_store_n(&t->defer_deadline, d, __ATOMIC_RELAXED);
 }
 
 static inline int

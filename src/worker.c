@@ -615,7 +615,7 @@ queue_again_locked(struct chime_pool *p, struct chime_task *t,
         chime__drop_locked(t, garbage);
         return;
     }
-    t->seq = seq ? *seq : p->next_seq++;
+    t->seq = seq ? *seq : chime__pool_seq(p);
     if (now != INT64_MAX)
         p->heap.near_hint = now;
     if (chime__heap_push(&p->heap, t, deadline) != 0) {

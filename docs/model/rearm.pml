@@ -1,72 +1,73 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * chime: a re-arm of a deferred pool one-shot without the pool's lock, a
- * PROPOSED protocol (docs/plan-pool-engine.md, step 6: not in src/ yet),
- * as a Promela model for SPIN. It is checked here first, before any code.
+ * chime: the re-arm of a deferred pool one-shot without the pool's lock
+ * (src/cancel.c, rearm_fast), as a Promela model for SPIN.
  *
- * Today (src/cancel.c rearm) a re-arm takes pool->mu. A queued one-shot
- * re-armed to a later deadline keeps its heap slot (and its earlier key)
- * and holds the real deadline in defer_deadline, with CHIME_TF_DEFER set;
- * when its slot reaches the head, the worker holding the lock moves it to
- * the real deadline (chime__undefer_locked), and only a slot that is not
- * deferred is filled into the due ring (the fill's CAS PENDING ->
- * BATCHED). The connection-timeout pattern re-arms an already deferred
- * task again and again: that write is what this protocol takes out of
- * the lock.
+ * A queued one-shot re-armed to a later deadline keeps its heap slot (and
+ * its earlier key) and holds the real deadline in defer_deadline (`dd`),
+ * with CHIME_TF_DEFER set (`def`, under pool->mu); when its slot reaches
+ * the head, the worker holding the lock moves it to the real deadline
+ * (chime__undefer_locked), and only a slot that is not deferred is filled
+ * into the due ring (the fill's CAS PENDING -> BATCHED). The
+ * connection-timeout pattern re-arms an already deferred task again and
+ * again: that re-arm runs without the lock.
  *
- * The proposal: defer_deadline (`dd`) is the word a re-arm and the undefer
- * decide on. It is "open" (a deadline a re-arm may raise) exactly while
- * the task is deferred; otherwise it is "closed" (in the code: a negative
- * value, ~deadline, so that it still names the deadline).
- *   - A re-arm to d without the lock: it reads the state; only PENDING
- *     goes on. It reads dd; if dd is open and d >= dd it CASes dd from
- *     what it read to d, and a successful CAS is the re-arm (returns 0).
- *     Anything else (closed, earlier, a lost CAS after a re-read: see
- *     the loop) goes to the locked path.
- *   - The locked re-arm (pool->mu): as today, decided on the state; a
- *     deferred task's dd is raised by a plain (atomic) store or, for an
- *     earlier deadline, closed by one before the slot moves; a task that
- *     is not deferred moves its slot (d at or before its key) or becomes
- *     deferred (dd stored open). A lock-free raise that lands between
- *     such a path's read of dd and its store is linearised before it:
- *     the two overlap, and the locked one's deadline stands (checked:
- *     the task runs at the last promise's deadline, not only after it).
- *     So the one CAS is the lock-free re-arm's, and the undefer's close
- *     must be one atomic step (an exchange).
- *   - The undefer (pool->mu, the slot due): CAS dd from its value x to
- *     closed, retrying on a lost CAS, then moves the slot to x. After the
- *     CAS no lock-free re-arm can succeed, so the slot's new key is the
- *     latest promised deadline.
- *   - The fill (pool->mu): a slot that is due and not deferred; CAS
- *     PENDING -> BATCHED decides against a concurrent cancel.
- *   - A concurrent lock-free cancel (cancel_fast: CAS PENDING ->
- *     CANCELLED_FAST) is modelled by its CAS only.
- * The sequence number a re-arm takes (FIFO among equal deadlines) is
- * not modelled: the proposal takes it from an atomic counter.
+ * The protocol: a deferred task's state is DEFERRED (reported PENDING).
+ *   - The re-arm without the lock (to d): the state must be DEFERRED and
+ *     the inbox empty (`in` == 0: a submission that came before this
+ *     re-arm has its sequence number already); it CASes DEFERRED ->
+ *     DEFER_BUSY, which gives it the task: if d >= dd it takes a sequence
+ *     number from the pool's counter, writes it and dd = d, and stores
+ *     DEFERRED back; for an earlier d it stores DEFERRED back and goes to
+ *     the locked path (the slot's key is not known without the lock).
+ *   - Everyone else who changes a DEFERRED task takes it the same way
+ *     first, waiting out DEFER_BUSY (chime__defer_own): the undefer (then
+ *     PENDING), the locked re-arm (then DEFERRED, or PENDING when the slot
+ *     moves), a filter that takes the task out of the heap (PENDING: the
+ *     list link it writes next shares the sequence number's storage).
+ *   - A cancel without the lock CASes PENDING or DEFERRED -> CANCELLED
+ *     (never from DEFER_BUSY: it waits).
+ *   - The locked re-arm of a PENDING task that becomes deferred CASes
+ *     PENDING -> DEFERRED (a cancel may have taken it meanwhile).
+ *   - The drain of the inbox takes its buffer's sequence numbers (a block
+ *     of the counter) before it empties `in`, under ilock.
  *
  * Time is a counter `now` that a clock process moves up to TMAX. The
  * deadlines are small numbers; a re-arm asks for now + 1 or now + 2.
+ * Each re-arm has an id (1, 2, ...; 0 is the first schedule); `dw` and
+ * `sw` name the re-arm that wrote dd and the sequence number.
  *
  * Checked (safety):
  *   - never early: when the fill's CAS wins, `now` is at least the
  *     deadline of the last re-arm that returned 0 (the promise);
- *   - exact: when the fill's CAS wins, the slot's key is the deadline
- *     of the last re-arm (in linearisation order) that returned 0: a
+ *   - exact: when the fill's CAS wins, the slot's key is that promise: a
  *     re-arm is never lost and never runs late by a stale key;
+ *   - one re-arm's pair: the undefer moves the slot to a deadline and a
+ *     sequence number written by the same re-arm;
+ *   - an owner's store back finds DEFER_BUSY (nobody changed the state
+ *     under it: a cancel is never undone);
  *   - a cancel that returned before a re-arm began wins: that re-arm
  *     does not return 0;
- *   - the slot is deferred exactly while dd is open, and its key is
- *     never past dd (it would wake late).
+ *   - FIFO (INBOX): a re-arm that began after a submission returned gets a
+ *     larger sequence number than that submission;
+ *   - a filter's list link is intact when it cancels the task (FILTER);
+ *   - the slot is deferred exactly while the state says so (DEFERRED or
+ *     DEFER_BUSY), unless the task was cancelled, and a deferred slot's
+ *     key is never past dd.
  * Mutations (each must be caught):
- *   BUG_UNDEFER_STORES: the undefer reads dd, then stores closed
- *     (no CAS): a re-arm in between is lost and the task runs early;
- *   BUG_NO_CLOSE: the undefer leaves dd open: a later lock-free re-arm
- *     writes a word nobody reads and the task runs early;
+ *   BUG_UNDEFER_NO_OWN: the undefer reads dd without taking the task: a
+ *     re-arm in between is lost (the task runs early);
+ *   BUG_NO_BUSY: the lock-free re-arm checks DEFERRED and writes without
+ *     taking the task: two re-arms mix their deadline and number;
  *   BUG_LOWER: the lock-free re-arm also takes a deadline earlier than
- *     dd (it cannot see the slot's key: one at or before it runs late,
- *     at the key);
- *   BUG_NO_STATE: the lock-free re-arm does not read the state first
- *     (a re-arm of a task already BATCHED that a deferral left open).
+ *     dd (it cannot see the slot's key: the task runs late, at the key);
+ *   BUG_CANCEL_BUSY: a cancel CASes from DEFER_BUSY too (the owner's
+ *     store back undoes it);
+ *   BUG_NO_INBOX_CHECK: the lock-free re-arm ignores `in` (INBOX);
+ *   BUG_DRAIN_LATE: the drain empties `in` before it takes its numbers
+ *     (INBOX);
+ *   BUG_FILTER_NO_CLOSE: a filter lists a DEFERRED task without taking
+ *     it (FILTER).
  */
 
 #ifndef TMAX
@@ -79,31 +80,74 @@
 #define NRA 2 /* re-arms each */
 #endif
 
-#define S_PENDING 0
-#define S_BATCHED 1
-#define S_CFAST   2
+#define S_PENDING  0
+#define S_DEFERRED 1
+#define S_BUSY     2
+#define S_BATCHED  3
+#define S_CANC     4 /* final: cancelled, with or without the lock */
 
-#define CLOSED 255 /* dd closed (the code keeps ~deadline there) */
+#define LINK 255 /* a list link written over the sequence number */
 
 bool locked;          /* pool->mu */
 byte st = S_PENDING;  /* task->state */
 byte sk = 1;          /* the slot's key (heap deadline) */
 bool def;             /* CHIME_TF_DEFER (under the lock) */
-byte dd = CLOSED;     /* defer_deadline: open (a deadline) or CLOSED */
+byte dd;              /* defer_deadline (meaningful while def) */
+byte dw;              /* the re-arm that wrote dd */
+byte sq;              /* task->seq */
+byte sw;              /* the re-arm that wrote sq */
+byte nseq = 1;        /* pool->next_seq */
 byte now;             /* the clock */
-byte promised = 1;    /* the deadline of the last re-arm (in linearisation order), or the first one */
+byte promised = 1;    /* the deadline of the last re-arm (linearisation order) */
 bool started;         /* the fill's CAS won */
-byte rdone;           /* re-armers finished */
+bool removed;         /* a filter took the task out of the heap */
+byte in;              /* inbox: submissions not drained */
+bool bsub;            /* INBOX: the other task's submission returned */
+bool bdrained;
+byte bseq;            /* its sequence number, given by the drain */
 
 inline lock() { atomic { !locked -> locked = 1 } }
 inline unlock() { locked = 0 }
 
-/* Deferred exactly while dd is open (checked at every lock release and
- * by the monitor below when nobody holds the lock). */
-#define CONSISTENT ((def && dd != CLOSED) || (!def && dd == CLOSED))
-/* A deferred slot's key is never past the real deadline (or the task
- * would wake late, at the key). */
-#define NOT_LATE (dd == CLOSED || dd >= sk)
+#define FINAL (st == S_CANC)
+/* Deferred exactly while the state says so (a cancelled task keeps its
+ * flag until its slot goes), checked when nobody holds the lock. */
+#define CONSISTENT (FINAL || removed || started || \
+                    (def == (st == S_DEFERRED || st == S_BUSY)))
+#define NOT_LATE (!def || dd >= sk)
+
+/* Takes the task if it is DEFERRED (waiting out S_BUSY): owned. */
+inline own(owned) {
+    atomic {
+        (st != S_BUSY);
+        if
+        :: st == S_DEFERRED -> st = S_BUSY; owned = 1
+        :: else -> owned = 0
+        fi
+    }
+}
+
+/* The owner's store back. */
+inline release(s) {
+    atomic { assert(st == S_BUSY); st = s }
+}
+
+/* pool->mu held: the drain of the inbox (every lock taker does it). */
+inline drain() {
+#ifdef BUG_DRAIN_LATE
+    if
+    :: in > 0 -> in = 0; bseq = nseq; nseq++; bdrained = 1
+    :: else -> skip
+    fi
+#else
+    atomic {
+        if
+        :: in > 0 -> bseq = nseq; nseq++; bdrained = 1; in = 0
+        :: else -> skip
+        fi
+    }
+#endif
+}
 
 proctype Clock()
 {
@@ -112,139 +156,163 @@ proctype Clock()
     :: now == TMAX -> break
     od
 }
-/* The worker blocks (a valid end state) once the slot is past TMAX. */
 
-/* The locked re-arm: under pool->mu. Each way that returns 0 sets the
- * promise (the deadline of the last re-arm, in linearisation order) in
- * the step that decides it. */
-inline locked_rearm(d, ok) {
+/* The locked re-arm (pool->mu): decided on the state, the task taken
+ * from lock-free re-arms while it is written. */
+inline locked_rearm(d, ok, id) {
     lock();
+    drain();
+    (st != S_BUSY);
     if
-    :: st == S_PENDING && def ->
-        x = dd;
+    :: st == S_PENDING || st == S_DEFERRED ->
+        own(owned);
+        sq = nseq; nseq++; sw = id;
         if
-        :: d >= x ->
-            /* Raise dd: a plain store. A lock-free re-arm that raised it
-             * since the read above comes first (this one is later, and
-             * its deadline is still past the slot's key). */
-            atomic { dd = d; promised = d }
-        :: else ->
-            /* Earlier: the deferral ends (dd closed: a lock-free raise
-             * since the read above comes first) and the slot moves to
-             * d. */
-            atomic { dd = CLOSED; promised = d };
+        :: def && d >= dd ->
+            atomic { dd = d; dw = id; promised = d };
+            if
+            :: owned -> release(S_DEFERRED)
+            :: else -> skip
+            fi
+        :: def && d < dd ->
+            /* Earlier: the slot moves, the deferral ends. */
             def = 0;
-            sk = d
-        fi;
-        ok = 1
-    :: st == S_PENDING && !def ->
-        if
-        :: d > sk ->
-            /* Becomes deferred: the flag, then dd opened (the store
-             * publishes the deferral to lock-free re-arms). */
+            atomic { sk = d; promised = d };
+            if
+            :: owned -> release(S_PENDING)
+            :: else -> skip
+            fi
+        :: !def && d > sk ->
+            atomic { dd = d; dw = id; promised = d };
             def = 1;
-            atomic { dd = d; promised = d }
-        :: else ->
-            atomic { sk = d; promised = d }
+            if
+            :: owned -> release(S_DEFERRED)
+            :: else -> atomic { if :: st == S_PENDING -> st = S_DEFERRED
+                                   :: else -> skip fi }
+            fi
+        :: !def && d <= sk ->
+            atomic { sk = d; promised = d };
+            if
+            :: owned -> release(S_PENDING)
+            :: else -> skip
+            fi
         fi;
         ok = 1
     :: else ->
-        ok = 0 /* batched or cancelled: another story (not modelled) */
+        ok = 0 /* cancelled (-EALREADY), or batched: not modelled */
     fi;
-#ifndef BUG_NO_CLOSE
-    assert(CONSISTENT);
-#endif
     assert(NOT_LATE);
     unlock()
 }
 
-proctype Rearmer()
+proctype Rearmer(byte base)
 {
-    byte d, x, s;
-    bool ok, cancelled_before;
+    byte d, x, s, id;
+    bool ok, owned, cancelled_before, after_b;
     byte n = 0;
     do
     :: n < NRA ->
         n++;
+        id = base + n;
         d = now + 1;
         if
         :: d = d + 1
         :: skip
         fi;
         ok = 0;
-        cancelled_before = (st == S_CFAST); /* a ghost read */
+        d_step { cancelled_before = FINAL; after_b = bsub } /* ghost reads */
         /* The lock-free attempt. */
-#ifdef BUG_NO_STATE
-        s = S_PENDING;
-#else
         s = st;
+#ifdef BUG_NO_INBOX_CHECK
+        x = 0;
+#else
+        x = in;
 #endif
         if
-        :: s == S_PENDING ->
-            x = dd;
-            if
-#ifdef BUG_LOWER
-            :: x != CLOSED ->
+        :: s == S_DEFERRED && x == 0 ->
+#ifdef BUG_NO_BUSY
+            atomic {
+                if
+                :: st == S_DEFERRED -> owned = 1
+                :: else -> owned = 0
+                fi
+            }
 #else
-            :: x != CLOSED && d >= x ->
+            atomic {
+                if
+                :: st == S_DEFERRED -> st = S_BUSY; owned = 1
+                :: else -> owned = 0
+                fi
+            }
 #endif
-                /* The CAS: on success this re-arm returned 0. */
-                atomic {
-                    if
-                    :: dd == x -> dd = d; promised = d; ok = 1;
-                       assert(NOT_LATE)
-                    :: else -> skip
-                    fi
-                }
+            if
+            :: owned ->
+                x = dd;
+                if
+#ifdef BUG_LOWER
+                :: true ->
+#else
+                :: d >= x ->
+#endif
+                    s = nseq; nseq++;
+                    sq = s; sw = id;
+                    atomic { dd = d; dw = id; promised = d };
+                    ok = 1;
+                    /* FIFO: numbered after a submission that came first. */
+                    assert(!after_b || (bdrained && bseq < s))
+                :: else -> skip
+                fi;
+#ifndef BUG_NO_BUSY
+                release(S_DEFERRED)
+#endif
             :: else -> skip
             fi
         :: else -> skip
         fi;
         if
-        :: !ok -> locked_rearm(d, ok)
+        :: !ok -> locked_rearm(d, ok, id)
         :: else -> skip
         fi;
         /* A cancel that returned before this re-arm began wins. */
         assert(!(ok && cancelled_before));
-        d_step { d = 0; x = 0; s = 0; ok = 0; cancelled_before = 0 }
+        d_step { d = 0; x = 0; s = 0; ok = 0; owned = 0; cancelled_before = 0; after_b = 0 }
     :: else -> break
-    od;
-    rdone++
+    od
 }
 
 proctype Worker()
 {
-    byte x;
+    bool owned;
 end:
     do
-    :: started || st == S_CFAST -> break
-    :: st == S_PENDING && sk <= now ->
-        /* A turn: woken for the head's slot. */
+    :: started || FINAL || removed -> break
+    :: !started && !FINAL && !removed ->
+        /* A turn: the task's slot is the heap's head. */
         lock();
+        drain();
         if
-        :: st == S_PENDING && sk <= now && def ->
-            /* The undefer: close dd, then move the slot to what it was. */
-#ifdef BUG_UNDEFER_STORES
-            x = dd;
-            dd = CLOSED;
-#else
-            do
-            :: atomic {
-                   x = dd;
-                   if
-                   :: x != CLOSED -> dd = CLOSED
-                   :: else -> skip
-                   fi
-               }
-               break
-            od;
-#endif
-#ifdef BUG_NO_CLOSE
-            dd = x;
-#endif
+        :: !removed && def ->
+            /* The undefer: take the task, move the slot to dd. */
             def = 0;
-            sk = x
-        :: st == S_PENDING && sk <= now && !def ->
+#ifdef BUG_UNDEFER_NO_OWN
+            owned = (st == S_DEFERRED);
+#else
+            own(owned);
+#endif
+            if
+            :: owned -> assert(dw == sw)
+            :: else -> skip
+            fi;
+            sk = dd;
+            if
+#ifdef BUG_UNDEFER_NO_OWN
+            :: owned -> atomic { st == S_DEFERRED -> st = S_PENDING }
+#else
+            :: owned -> release(S_PENDING)
+#endif
+            :: else -> skip
+            fi
+        :: !removed && !def && sk <= now ->
             /* The fill: the CAS decides against a cancel. */
             atomic {
                 if
@@ -253,29 +321,75 @@ end:
                     started = 1;
                     /* never early, and at the last re-arm's deadline */
                     assert(now >= promised);
-                    assert(sk == promised);
-                    assert(now >= sk)
+                    assert(sk == promised)
                 :: else -> skip
                 fi
             }
         :: else -> skip
         fi;
-#ifndef BUG_NO_CLOSE
-        assert(CONSISTENT);
-#endif
+        owned = 0;
         unlock()
     od
 }
 
+/* cancel_fast's CAS loop: from PENDING or DEFERRED, waiting out BUSY. */
 proctype Canceller()
 {
-    /* cancel_fast's CAS, at any moment. */
-    atomic {
+    do
+    :: atomic { (st == S_PENDING || st == S_DEFERRED) -> st = S_CANC }; break
+#ifdef BUG_CANCEL_BUSY
+    :: atomic { st == S_BUSY -> st = S_CANC }; break
+#endif
+    :: atomic { (st == S_BATCHED || st == S_CANC) -> skip }; break
+    od
+}
+
+/* A submission of another task through the inbox (its number comes at
+ * the drain). */
+proctype Producer()
+{
+    atomic { in++; bsub = 1 }
+}
+
+/* A shutdown filter (drop_all): under the lock, takes the task out of the
+ * heap, links it on a list (the link shares the number's storage), then
+ * cancels it (complete_locked's CAS loop). */
+proctype Filter()
+{
+    bool owned;
+    lock();
+    drain();
+    if
+    :: !started && !removed && !FINAL ->
+#ifndef BUG_FILTER_NO_CLOSE
+        own(owned);
         if
-        :: st == S_PENDING -> st = S_CFAST
+        :: owned -> release(S_PENDING)
         :: else -> skip
-        fi
-    }
+        fi;
+#endif
+        removed = 1;
+        sq = LINK;
+        atomic {
+            (st != S_BUSY);
+            assert(sq == LINK);
+            if
+            :: st != S_CANC -> st = S_CANC
+            :: else -> skip
+            fi
+        }
+    :: else -> skip
+    fi;
+    unlock()
+}
+
+/* CONSISTENT whenever nobody holds the lock. */
+active proctype Monitor()
+{
+end:
+    do
+    :: atomic { !locked && !CONSISTENT -> assert(false) }
+    od
 }
 
 init
@@ -283,12 +397,18 @@ init
     atomic {
         run Clock();
         run Worker();
-        run Rearmer();
+        run Rearmer(0);
 #if NR > 1
-        run Rearmer();
+        run Rearmer(NRA);
 #endif
 #ifdef CANCEL
         run Canceller();
+#endif
+#ifdef INBOX
+        run Producer();
+#endif
+#ifdef FILTER
+        run Filter();
 #endif
         skip
     }

@@ -1062,6 +1062,12 @@ CHIME_EXPORT int chime_task_cancel(chime_task *task, unsigned flags);
  * a one-shot is queued again instead of completing, a periodic task's next
  * run is moved. A loop task already due and waiting for its loop goes back
  * to the delay queue (the one case that may need to grow it: -ENOMEM).
+ * A queued pool one-shot re-armed later is O(1): its slot stays and the
+ * real deadline is kept apart until the slot reaches the head; a second
+ * such re-arm later still (the reset of an idle timeout) takes no lock
+ * when no submission is waiting to be queued: one compare-and-swap of the
+ * task's state, the clock read, and one atomic add for its place among
+ * equal deadlines. FIFO among equal deadlines holds either way.
  *
  * Loop tasks: exact (the task does not run at its old time) on the loop
  * thread, and from any thread before the binding's first dispatch.
