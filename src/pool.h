@@ -662,8 +662,10 @@ void chime__loop_stolen_locked(struct chime_loop *l, struct chime_task *t,
 int chime__loop_cancel_locked(struct chime_loop *l, struct chime_task *t,
                               unsigned flags, bool queued_only,
                               struct chime_task **garbage);
+/* now: the pool's time read during the call (NULL: read here). */
 int chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
-                             int64_t delay_ns, struct chime_task **garbage);
+                             int64_t delay_ns, const int64_t *now_in,
+                             struct chime_task **garbage);
 
 /* ---- worker.c: worker threads ------------------------------------------ */
 /* May this queued task still run in the current run state? */

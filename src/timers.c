@@ -474,12 +474,13 @@ chime__loop_cancel_locked(struct chime_loop *l, struct chime_task *t,
 
 int
 chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
-                         int64_t delay_ns, struct chime_task **garbage)
+                         int64_t delay_ns, const int64_t *now_in,
+                         struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&l->mu);
     int rc = 0;
     int st = chime__task_state(t);
-    int64_t now = chime__pool_now(l->pool);
+    int64_t now = now_in ? *now_in : chime__pool_now(l->pool);
     int64_t d = chime__deadline_after(now, delay_ns);
     bool oneshot = chime__task_kind(t) == CHIME_KIND_ONESHOT;
     if (st == CHIME_TASK_RUNNING || st == CHIME_TASK_REARMING) {
