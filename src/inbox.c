@@ -24,11 +24,7 @@
  * - Who drains. Whoever takes pool->mu to look at the queue or at a task
  *   (chime__pool_lock: cancel, re-arm, remove, stats, shutdown, ...), and
  *   every worker at each look at the heap (take_locked). A handle's task
- *   is therefore in the heap by the time anyone can ask about it. A
- *   canceller whose entry half fills the cancel buffer wakes a worker
- *   (the leader, or a follower) to drain, a hint that moves the detaches
- *   and frees of a cancel-heavy producer (the connection timeouts of
- *   W2) to another core.
+ *   is therefore in the heap by the time anyone can ask about it.
  * - Wake-ups. A worker about to wait arms iwake under ilock after seeing
  *   the inbox empty (chime__inbox_arm_locked): the leader with its head's
  *   deadline, an idle worker with nobody timing the heap with INT64_MAX.
@@ -122,16 +118,6 @@ chime__inbox_cancel(struct chime_pool *p, struct chime_task *t)
         atomic_store_explicit(&p->cin, n + 1, memory_order_relaxed);
     }
     chime__spin_unlock(&p->ilock);
-    if (ok && n + 1 == CHIME_INBOX_CANCELS / 2) {
-        /* Half full: a worker is asked to drain (a hint; whoever fills
-         * the buffer or takes the lock drains it anyway), so that the
-         * detaches and frees run on its core, not on this thread's, once
-         * per half buffer (a futex wake per 2,048 cancels). pool->mu is
-         * taken without chime__pool_lock, which would drain here. */
-        CHIME_LOCK_POOL(&p->mu);
-        chime__new_head_locked(p);
-        pthread_mutex_unlock(&p->mu);
-    }
     return ok;
 }
 
