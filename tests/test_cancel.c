@@ -559,6 +559,16 @@ cancel_all(void *arg)
     return NULL;
 }
 
+/* The position of t among h[0..n), or -1. */
+static int
+index_of(chime_task *const *h, int n, const chime_task *t)
+{
+    for (int j = 0; j < n; j++)
+        if (h[j] == t)
+            return j;
+    return -1;
+}
+
 /* Cancels racing shutdown_now: each queued task has exactly one outcome
  * owner, the cancel (0) or shutdown_now's list, never both nor neither. */
 Test(cancel, cancel_racing_shutdown_now_has_one_owner_per_task)
@@ -589,10 +599,7 @@ Test(cancel, cancel_racing_shutdown_now_has_one_owner_per_task)
                  cancelled, nback);
     for (size_t k = 0; k < nback; k++) {
         /* Not also cancelled by the other thread. */
-        int i = -1;
-        for (int j = 0; j < N && i < 0; j++)
-            if (h[j] == back[k])
-                i = j;
+        int i = index_of(h, N, back[k]);
         cr_assert_geq(i, 0);
         cr_assert_eq(rc[i], -EALREADY, "task %d handed back and cancelled", i);
         chime_task_release(back[k]);
@@ -1249,10 +1256,7 @@ Test(cancel, rearms_racing_shutdown_now_hand_every_task_back_once)
     char *seen = calloc(N, 1);
     cr_assert(seen);
     for (size_t k = 0; k < nback; k++) {
-        int i = -1;
-        for (int j = 0; j < N && i < 0; j++)
-            if (h[j] == back[k])
-                i = j;
+        int i = index_of(h, N, back[k]);
         cr_assert_geq(i, 0, "entry %zu is not one of the tasks", k);
         cr_assert(!seen[i], "task %d handed back twice", i);
         seen[i] = 1;
