@@ -334,8 +334,10 @@ typedef void (*chime_pool_hook_fn)(chime_pool *pool, void *ctx);
  * @param ctx options.clock_ctx.
  * @return The current time in ns (any origin; must not go backwards).
  * @par Runs on:
- * Any thread that calls into the pool, with the pool's lock held: it must
- * not call chime functions.
+ * Any thread that calls into the pool, at the same time on several, with
+ * or without the pool's lock held (a submission and a re-arm read it
+ * before taking any lock; workers read it under the lock): it must be
+ * thread-safe and must not call chime functions.
  */
 typedef int64_t (*chime_clock_fn)(void *ctx);
 
