@@ -1191,13 +1191,33 @@ struct rearmer_arg {
     unsigned seed;
     atomic_long ok, gone; /* re-arms that returned 0, -EALREADY */
     atomic_int bad;       /* any other result */
+    /* Paced: `quota` re-arms per round, then done = round + 1 and a wait
+     * (sleeping) until *round moves on. A re-armer that never blocks
+     * would starve the test's own thread of the pool lock under
+     * valgrind, which runs one thread at a time. */
+    atomic_int *round;
+    int quota;
+    atomic_int done;
 };
 
 static void *
 rearm_until(void *arg)
 {
     struct rearmer_arg *a = arg;
+    int round = 0, left = a->quota;
     while (!atomic_load_explicit(a->stop, memory_order_relaxed)) {
+        if (left == 0) {
+            atomic_store(&a->done, round + 1);
+            while (atomic_load(a->round) == round &&
+                   !atomic_load_explicit(a->stop, memory_order_relaxed)) {
+                struct timespec ts = {0, 50000};
+                nanosleep(&ts, NULL);
+            }
+            round = atomic_load(a->round);
+            left = a->quota;
+            continue;
+        }
+        left--;
         a->seed = a->seed * 1103515245u + 12345u;
         int i = (int)((a->seed >> 8) % (unsigned)a->n);
         int rc = chime_task_rearm(a->h[i], a->delay + (a->seed >> 28) % 4 *
@@ -1210,6 +1230,16 @@ rearm_until(void *arg)
             atomic_store(&a->bad, rc);
     }
     return NULL;
+}
+
+/* Starts round r of both re-armers and waits until both finished it. */
+static bool
+rearmers_round(struct rearmer_arg ra[2], atomic_int *round, int r)
+{
+    atomic_store(round, r);
+    return T_WAIT_UNTIL(atomic_load(&ra[0].done) > r &&
+                            atomic_load(&ra[1].done) > r,
+                        T_LONG_NS);
 }
 
 /* Re-arms without the lock (two threads on the same deferred tasks, later
@@ -1233,17 +1263,22 @@ Test(cancel, rearms_racing_shutdown_now_hand_every_task_back_once)
         cr_assert_eq(chime_task_rearm(h[i], T_FAR_NS + CHIME_SEC), 0);
     }
     atomic_bool stop = false;
+    atomic_int round = 0;
     struct rearmer_arg ra[2] = {
-        {h, N, T_FAR_NS + 2 * CHIME_SEC, &stop, 1, 0, 0, 0},
-        {h, N, T_FAR_NS, &stop, 2, 0, 0, 0},
+        {h, N, T_FAR_NS + 2 * CHIME_SEC, &stop, 1, 0, 0, 0, &round, 2000, 0},
+        {h, N, T_FAR_NS, &stop, 2, 0, 0, 0, &round, 2000, 0},
     };
     pthread_t th[2];
     for (int k = 0; k < 2; k++)
         cr_assert_eq(pthread_create(&th[k], NULL, rearm_until, &ra[k]), 0);
-    /* Let both get going (each has re-armed) before the shutdown. */
-    cr_assert(T_WAIT_UNTIL(atomic_load(&ra[0].ok) > 100 &&
-                               atomic_load(&ra[1].ok) > 100,
+    /* Both have re-armed (a first round) before the shutdown, which runs
+     * while they are in their second. */
+    cr_assert(T_WAIT_UNTIL(atomic_load(&ra[0].done) > 0 &&
+                               atomic_load(&ra[1].done) > 0,
                            T_LONG_NS));
+    cr_assert_gt(atomic_load(&ra[0].ok), 0);
+    cr_assert_gt(atomic_load(&ra[1].ok), 0);
+    atomic_store(&round, 1);
     chime_task **back = NULL;
     size_t nback = 0;
     cr_assert_eq(chime_pool_shutdown_now(p, &back, &nback), 0);
@@ -1295,9 +1330,10 @@ Test(cancel, rearms_racing_undefers_fills_and_cancels_give_one_outcome)
         cr_assert_eq(chime_task_rearm(h[i], 20 * CHIME_MSEC), 0);
     }
     atomic_bool stop = false;
+    atomic_int round = 0;
     struct rearmer_arg ra[2] = {
-        {h, N, 10 * CHIME_MSEC, &stop, 3, 0, 0, 0},
-        {h, N, 12 * CHIME_MSEC, &stop, 4, 0, 0, 0},
+        {h, N, 10 * CHIME_MSEC, &stop, 3, 0, 0, 0, &round, 20, 0},
+        {h, N, 12 * CHIME_MSEC, &stop, 4, 0, 0, 0, &round, 20, 0},
     };
     pthread_t th[2], canceller;
     for (int k = 0; k < 2; k++)
@@ -1311,10 +1347,15 @@ Test(cancel, rearms_racing_undefers_fills_and_cancels_give_one_outcome)
     struct canceller_arg ca = {hc, nc, calloc(nc, sizeof(int))};
     cr_assert(ca.rc);
     cr_assert_eq(pthread_create(&canceller, NULL, cancel_all, &ca), 0);
-    /* The clock walks through the deadlines in 1 ms steps. */
-    for (int step = 0; step < 200; step++) {
+    /* The clock walks through the deadlines in 1 ms steps; at each step
+     * both re-armers make 20 re-arms (of tasks the worker is undeferring
+     * and filling after the step) before the next. */
+    cr_assert(rearmers_round(ra, &round, 0));
+    cr_assert_gt(atomic_load(&ra[0].ok), 0);
+    cr_assert_gt(atomic_load(&ra[1].ok), 0);
+    for (int step = 1; step <= 200; step++) {
         t_clock_advance(&clk, p, CHIME_MSEC);
-        sched_yield();
+        cr_assert(rearmers_round(ra, &round, step));
     }
     atomic_store(&stop, true);
     for (int k = 0; k < 2; k++)
@@ -1342,7 +1383,6 @@ Test(cancel, rearms_racing_undefers_fills_and_cancels_give_one_outcome)
         }
     }
     cr_assert_eq(stats_of(p).cancelled, (uint64_t)cancelled);
-    cr_assert_gt(atomic_load(&ra[0].ok) + atomic_load(&ra[1].ok), 0);
     for (int i = 0; i < N; i++)
         chime_task_release(h[i]);
     free(h);
