@@ -318,7 +318,12 @@ heap_first_locked(struct chime_pool *p)
         struct chime_due_entry *e = &r->e[last % CHIME_DUE_CAP];
         int64_t d = atomic_load_explicit(&e->deadline, memory_order_relaxed);
         uint32_t seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
-        if (hd != d ? hd < d : (int32_t)(top->seq - seq) < 0)
+        /* A deferred re-arm's slot comes first among equal deadlines
+         * (heap_impl.h, slot_less); its task's number is not read: a
+         * re-arm without the lock may be rewriting it (cancel.c). */
+        if (hd != d ? hd < d
+                    : ((top->flags & CHIME_TF_DEFER) ||
+                       (int32_t)(top->seq - seq) < 0))
             return true;
     }
     return false;
