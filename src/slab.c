@@ -168,12 +168,13 @@ void
 chime__slab_free_chain(struct chime_slab *s, struct chime_task *first,
                        struct chime_task *last)
 {
-    CHIME_HB_BEFORE(&s->remote);
     struct chime_task *head =
         atomic_load_explicit(&s->remote, memory_order_relaxed);
-    do
+    do {
         *chime__node_link(last) = head;
-    while (!atomic_compare_exchange_weak_explicit(
+        /* After the link's write (valgrind: it is published too). */
+        CHIME_HB_BEFORE(&s->remote);
+    } while (!atomic_compare_exchange_weak_explicit(
         &s->remote, &head, first, memory_order_release, memory_order_relaxed));
 }
 
@@ -184,12 +185,13 @@ chime__slab_free(struct chime_slab *s, struct chime_task *t)
      * take it and unpoison it for reuse. */
     chime__node_dispose(t);
     *chime__node_skip(t) = NULL;
-    CHIME_HB_BEFORE(&s->remote);
     struct chime_task *head =
         atomic_load_explicit(&s->remote, memory_order_relaxed);
-    do
+    do {
         *chime__node_link(t) = head;
-    while (!atomic_compare_exchange_weak_explicit(
+        /* After the link's write (valgrind: it is published too). */
+        CHIME_HB_BEFORE(&s->remote);
+    } while (!atomic_compare_exchange_weak_explicit(
         &s->remote, &head, t, memory_order_release, memory_order_relaxed));
 }
 
