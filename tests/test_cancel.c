@@ -615,6 +615,80 @@ Test(cancel, cancel_racing_shutdown_now_has_one_owner_per_task)
     cr_assert_eq(atomic_load(&n), 0);
 }
 
+struct releaser_arg {
+    chime_task **h;
+    int n;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int published; /* mu: h[0..published) may be released */
+    int failed;    /* releases that did not return 0 */
+};
+
+static void *
+release_published(void *arg)
+{
+    struct releaser_arg *a = arg;
+    for (int i = 0; i < a->n; i++) {
+        pthread_mutex_lock(&a->mu);
+        while (a->published <= i)
+            pthread_cond_wait(&a->cv, &a->mu);
+        pthread_mutex_unlock(&a->mu);
+        a->failed += chime_task_release(a->h[i]) != 0;
+    }
+    return NULL;
+}
+
+/* A task cancelled without the lock is let go of by the drain of its
+ * cancel entry: with a load and a store of its reference word when no
+ * handle is left, with an RMW when one is (complete.c). Here the cancels'
+ * handles are released by another thread while the drains run (each
+ * cancel buffer that fills is drained by the cancelling thread), and
+ * every third task has a second handle, kept until the drains are done:
+ * each task is freed once, and only once its last handle is gone (ASan:
+ * a use after free of a kept one; LeakSanitizer: the pool's memory, which
+ * a task never freed would keep). */
+Test(cancel, drains_racing_handle_releases_free_each_cancelled_task_once)
+{
+    enum { N = 30000 };
+    chime_pool *p = pool_with(2);
+    atomic_int n = 0;
+    chime_task **h = calloc(N, sizeof(*h));
+    chime_task **kept = calloc(N, sizeof(*kept));
+    cr_assert(h && kept);
+    struct releaser_arg a = {.h = h, .n = N};
+    pthread_mutex_init(&a.mu, NULL);
+    pthread_cond_init(&a.cv, NULL);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, release_published, &a), 0);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, T_FAR_NS, &h[i]),
+                     0);
+        if (i % 3 == 0)
+            kept[i] = chime_task_retain(h[i]);
+        cr_assert_eq(chime_task_cancel(h[i], 0), 0, "task %d", i);
+        pthread_mutex_lock(&a.mu);
+        a.published = i + 1;
+        pthread_cond_signal(&a.cv);
+        pthread_mutex_unlock(&a.mu);
+    }
+    pthread_join(th, NULL);
+    cr_assert_eq(a.failed, 0);
+    pthread_mutex_destroy(&a.mu);
+    pthread_cond_destroy(&a.cv);
+    chime_pool_stats st = stats_of(p); /* drains what is left */
+    cr_assert_eq(st.cancelled, N);
+    cr_assert_eq(st.pending, 0);
+    for (int i = 0; i < N; i += 3) {
+        cr_assert_eq(chime_task_get_state(kept[i]), CHIME_TASK_CANCELLED,
+                     "task %d", i);
+        cr_assert_eq(chime_task_release(kept[i]), 0);
+    }
+    free(h);
+    free(kept);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    cr_assert_eq(atomic_load(&n), 0);
+}
+
 static void *
 purge_until(void *arg)
 {

@@ -17,7 +17,8 @@
  *
  * A worker, holding the lock, first drains the inbox (a cancel entry:
  * count it, detach the task's slot if it is still queued, drop the pool's
- * reference), then fills the due ring: it takes the queued task off the
+ * reference: with a load and a store when no handle is left, else an
+ * RMW), then fills the due ring: it takes the queued task off the
  * heap and CASes PENDING -> BATCHED; if the CAS fails (cancelled
  * meanwhile without the lock), it leaves the pool's reference to the
  * cancel entry (chime__drop_locked). A task in the ring is claimed
@@ -52,7 +53,9 @@
  * entry is left pointing at a task that may be freed),
  * BUG_NO_WAKE (the canceller never looks at the waiters),
  * BUG_WAKE_FIRST (it reads the count of waiters before its CAS),
- * BUG_HANDBACK_IGNORES (shutdown_now hands back whatever its CAS did).
+ * BUG_HANDBACK_IGNORES (shutdown_now hands back whatever its CAS did),
+ * BUG_DROP_STORES (the drain drops the pool's reference with a load and a
+ * store even while a handle is left: a release in between is lost).
  * A harmless variant, checked like the real model: ALT_PUSH_CLOSED (the
  * hand-off ignores a closed inbox: the next lock holder's drain still
  * finishes the cancel, as chime__inbox_take_locked drains whatever the
@@ -131,13 +134,36 @@ inline meeter_drop() {
 #endif
 }
 
-/* chime__cancelled_locked, for the one task: under the lock. */
+/* chime__cancelled_locked, for the one task: under the lock. The pool's
+ * reference: with no handle left, a load of the word and then a store of
+ * it without the pool's bit (two steps: a handle count that moved in
+ * between would be overwritten); else an RMW. */
+byte hseen; /* the word as loaded (only under the lock) */
 inline finish_cancel() {
     touch();
     assert(st == S_CFAST);
     counted++;
     inheap = 0; /* detached if it was still queued */
-    drop(1, 0)
+    hseen = handles;
+#ifdef BUG_DROP_STORES
+    if
+    :: true ->
+#else
+    if
+    :: hseen == 0 ->
+#endif
+        d_step {
+            assert(!freed);
+            assert(poolbit);
+            poolbit = 0;
+            handles = hseen; /* the store writes the word as loaded */
+            if
+            :: handles == 0 -> freed = 1
+            :: else -> skip
+            fi
+        }
+    :: else -> drop(1, 0)
+    fi
 }
 
 /* The inbox's drain (its cancel part), under the lock. */
