@@ -186,26 +186,19 @@ chime__cancelled_locked(struct chime_pool *p, struct chime_task *t,
         chime__heap_detach(&p->heap, t);
         detached = true;
     }
-    /* The pool's reference, which the entry held. With no handle left,
-     * nobody but this lock's holder can reach the task (it never ran; a
-     * handle is made from a handle, or under this lock): the pool's bit
-     * goes with a load and a store, not an RMW, as for a completed task
-     * (worker.c, turn_locked). The acquire load pairs with the release
-     * of the last handle. Else a subtraction (one xadd where an and with
-     * the old word wants a CAS loop). docs/model/cancel.pml checks both. */
-    uint32_t old = atomic_load_explicit(&t->refs, memory_order_acquire);
-    if ((old & CHIME_REF_HANDLES) == 0) {
-        CHIME_HB_AFTER(&t->refs);
-        atomic_store_explicit(&t->refs, old & ~CHIME_REF_POOL,
-                              memory_order_relaxed);
-    } else {
+    /* The pool's reference, which the entry held (the task never ran):
+     * without an RMW when no handle is left; else a subtraction (one xadd
+     * where an and with the old word wants a CAS loop). */
+    bool last = chime__task_unref_pool_alone(t);
+    if (!last) {
         CHIME_HB_BEFORE(&t->refs);
-        old = atomic_fetch_sub_explicit(&t->refs, CHIME_REF_POOL,
-                                        memory_order_acq_rel);
+        uint32_t old = atomic_fetch_sub_explicit(&t->refs, CHIME_REF_POOL,
+                                                 memory_order_acq_rel);
         CHIME_HB_AFTER(&t->refs);
+        CHIME_ASSERT(old & CHIME_REF_POOL);
+        last = (old & CHIME_REF_HANDLES) == 0;
     }
-    CHIME_ASSERT(old & CHIME_REF_POOL);
-    if ((old & CHIME_REF_HANDLES) == 0) {
+    if (last) {
         t->next = *garbage;
         *garbage = t;
     }

@@ -194,6 +194,25 @@ chime__task_refs_and(struct chime_task *t, uint32_t mask)
     return old;
 }
 
+/* Lets go of the pool's bit when no handle is left, with an acquire load
+ * (pairing with the release of the last handle) and a plain store, not an
+ * RMW: then nobody but the pool lock's holder, the caller, can reach the
+ * task (a handle is made from a handle, or under that lock; the task's own
+ * callback, if it ran, has returned). Returns true (the caller frees it),
+ * or false, having changed nothing, while a handle is left. Pool lock
+ * held. docs/model/cancel.pml checks the load and the store as two steps. */
+static inline bool
+chime__task_unref_pool_alone(struct chime_task *t)
+{
+    uint32_t r = atomic_load_explicit(&t->refs, memory_order_acquire);
+    if ((r & CHIME_REF_HANDLES) != 0)
+        return false;
+    CHIME_HB_AFTER(&t->refs);
+    CHIME_ASSERT(r & CHIME_REF_POOL);
+    atomic_store_explicit(&t->refs, r & ~CHIME_REF_POOL, memory_order_relaxed);
+    return true;
+}
+
 static inline int
 chime__state_is_final(int s)
 {

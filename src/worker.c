@@ -702,17 +702,10 @@ turn_locked(struct chime_pool *p, struct chime_worker *w)
             chime__drop_locked(d, &w->garbage);
             continue;
         }
-        /* Run and completed by this worker. With no handle on it, nobody
-         * can reach it but this lock's holder any more (a handle is made
-         * from a handle, or under this lock, or by the task's own
-         * callback and hooks, which returned on this thread): the pool's
-         * bit goes without an atomic RMW. */
-        uint32_t r = atomic_load_explicit(&d->refs, memory_order_acquire);
-        if ((r & CHIME_REF_HANDLES) == 0) {
-            CHIME_HB_AFTER(&d->refs);
-            CHIME_ASSERT(r & CHIME_REF_POOL);
-            atomic_store_explicit(&d->refs, r & ~CHIME_REF_POOL,
-                                  memory_order_relaxed);
+        /* Run and completed by this worker (its callback and hooks
+         * returned on this thread): with no handle on it, the pool's bit
+         * goes without an atomic RMW. */
+        if (chime__task_unref_pool_alone(d)) {
             d->next = w->garbage;
             w->garbage = d;
             continue;
