@@ -13,7 +13,7 @@ struct chime_task;
  * its chunk, and the chunk's owner (the pool), from its own address: the
  * task needs no pointer of its own to its pool. The chunk's header takes
  * the place of its first node. */
-#define CHIME_SLAB_CHUNK ((uintptr_t)1 << 20)
+#define CHIME_SLAB_CHUNK ((uintptr_t)1 << 21) /* a huge page's size */
 
 struct chime_slab_chunk {
     struct chime_slab_chunk *next; /* the slab's chunks (carve_lock) */
@@ -25,10 +25,10 @@ struct chime_slab_chunk {
 
 /* A node's handle: a 32-bit name for it within its slab (the heap's far
  * run keeps 4-byte entries): its chunk's number and its offset there in
- * 8-byte steps. The first CHIME_SLAB_NAMED chunks (4 GiB of nodes) are
+ * 8-byte steps. The first CHIME_SLAB_NAMED chunks (8 GiB of nodes) are
  * numbered; nodes of later chunks have no handle. */
 #define CHIME_SLAB_NAMED 4096u
-#define CHIME_SLAB_OFF_BITS 17 /* CHIME_SLAB_CHUNK / 8 */
+#define CHIME_SLAB_OFF_BITS 18 /* CHIME_SLAB_CHUNK / 8 */
 #define CHIME_SLAB_NO_HANDLE UINT32_MAX
 
 struct chime_slab {
