@@ -140,6 +140,55 @@ slab_tasks_free(struct chime_slab *s, struct chime_task **v)
     free(v);
 }
 
+static int
+cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Handles name nodes across chunks: three chunks' worth of nodes (the
+ * second and third chunks are huge pages where the system allows), each
+ * handle distinct and naming its node again, each node in its chunk and
+ * owned by the slab; freed and taken again, the same holds. */
+Test(heap, slab_handles_name_every_node_of_several_chunks)
+{
+    enum { N = 3 * (CHIME_SLAB_CHUNK / sizeof(struct chime_task)) - 100 };
+    struct chime_slab s;
+    struct chime_task **v = slab_tasks(&s, N);
+    uint32_t *h = calloc(N, sizeof(*h));
+    cr_assert(h != NULL);
+    for (int round = 0; round < 2; round++) {
+        for (size_t i = 0; i < N; i++) {
+            h[i] = chime__slab_handle(v[i]);
+            cr_assert_neq(h[i], CHIME_SLAB_NO_HANDLE, "node %zu", i);
+            cr_assert_eq(chime__slab_node(&s, h[i]), (void *)v[i],
+                         "round %d node %zu: handle %#x", round, i, h[i]);
+            cr_assert_eq(chime__slab_owner(v[i]), (void *)&slab_owner);
+            uintptr_t c = (uintptr_t)chime__slab_chunk_of(v[i]);
+            cr_assert(
+                (uintptr_t)v[i] >= c + sizeof(struct chime_task) &&
+                    (uintptr_t)v[i] + sizeof(struct chime_task) <=
+                        c + CHIME_SLAB_CHUNK,
+                "node %zu outside its chunk", i);
+        }
+        qsort(h, N, sizeof(*h), cmp_u32);
+        for (size_t i = 1; i < N; i++)
+            cr_assert_neq(h[i], h[i - 1], "two nodes share handle %#x", h[i]);
+        if (round == 0) {
+            /* Freed in another order than taken, then taken again. */
+            for (size_t i = N; i-- > 0;)
+                chime__slab_free(&s, v[i]);
+            for (size_t i = 0; i < N; i++) {
+                v[i] = chime__slab_alloc_locked(&s);
+                cr_assert(v[i] != NULL);
+            }
+        }
+    }
+    free(h);
+    slab_tasks_free(&s, v);
+}
+
 /* Initialises h with t[0..n): t[i] due at first + i * step, seq i. */
 static void
 heap_of(chime_heap *h, struct chime_task *t, int n, int64_t first, int64_t step)
