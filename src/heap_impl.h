@@ -661,6 +661,12 @@ FN(near_push)(HEAP *h, struct chime_task *t, int64_t deadline)
         h->near[b].cap = ncap;
     }
     uint32_t i = h->near[b].n++;
+    /* Each bucket's array is written in order, the 128 of them in turn:
+     * too many streams for the hardware prefetcher, and a bucket that
+     * opened holds a consumed run's cold array. The next push into this
+     * bucket comes many pushes later: time for this fetch to land. */
+    if (i + 8 < h->near[b].cap)
+        __builtin_prefetch(&h->near[b].v[i + 8], 1);
     h->near[b].v[i].deadline = deadline;
     h->near[b].v[i].task = t;
     t->heap_index = NEAR_INDEX(b, i);
