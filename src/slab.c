@@ -16,12 +16,13 @@
  *   system allows it (MADV_HUGEPAGE, before its first write): a pool that
  *   grows past one chunk (some 52,000 tasks) takes one page fault per
  *   52,000 new nodes instead of one per 100. On the AMD EPYC VMs the
- *   benchmarks run on, a 4 KiB fault costs some 7 us (60 ns per node even
- *   after MADV_POPULATE_WRITE: the hypervisor maps each page on its first
- *   write), a huge page's some 5 ns per node (bench: W4's schedule went
- *   from 143 to 71 ns). The cost: such a chunk is resident whole once its
- *   first nodes are carved, so a big pool holds up to 2 MiB more than it
- *   carved. The first chunk keeps small pages, so a small pool stays small.
+ *   benchmarks run on, a 4 KiB page costs some 6 us on its first write
+ *   (60 ns per node even after MADV_POPULATE_WRITE: the hypervisor maps
+ *   each page then), a huge page some 5 ns per node (W4's schedule took
+ *   0.73 of the time, interleaved runs). The cost: such a chunk is
+ *   resident whole once its first nodes are carved, so a big pool holds
+ *   up to 2 MiB more than it carved. The first chunk keeps small pages,
+ *   so a small pool stays small.
  * - The first CHIME_SLAB_NAMED chunks are numbered (s->bases), so a node
  *   has a 32-bit name, its handle: the chunk's number and the node's place
  *   in it (slab.h). The pool heap's far run keeps handles, 4 bytes an
