@@ -61,11 +61,16 @@ typedef struct chime_theap_slot {
  * few cached levels, while the order stays exact. A bucket whose time has
  * come is sorted once into a run, consumed in order from its front (the
  * head is the earlier of the array's and the first run's). A bucket entry's
- * task has heap_index CHIME_NEAR_FLAG | bucket << 22 | position; a run
- * entry's CHIME_NEAR_FLAG | CHIME_NEAR_RUN | run << 22 | position. */
+ * task has heap_index CHIME_NEAR_FLAG | bucket << 20 | position; a run
+ * entry's CHIME_NEAR_FLAG | CHIME_NEAR_RUN | run << 20 | position.
+ * The runs' ring is allocated when the first bucket opens as a run. A
+ * consumed run's array goes onto a short stack of spares: a bucket that
+ * opens takes the one last consumed (warm in the cache, its pages
+ * mapped) for its later entries. */
 #define CHIME_NEAR_SHIFT 17 /* 131 us */
 #define CHIME_NEAR_SLOTS 128u /* a 16.8 ms window */
-#define CHIME_NEAR_RUNS 256u  /* sorted runs waiting to be consumed */
+#define CHIME_NEAR_RUNS 1024u /* sorted runs waiting to be consumed */
+#define CHIME_NEAR_SPARES 16u /* consumed runs' arrays kept for buckets */
 #define CHIME_NEAR_FLAG UINT32_C(0x80000000)
 #define CHIME_NEAR_RUN UINT32_C(0x40000000)
 /* The far run (pool heap only, with the near window): a sorted array that
@@ -119,7 +124,12 @@ typedef struct chime_theap_slot {
         struct {                                                               \
             SLOT *v;                                                           \
             uint32_t n, pos, cap;                                              \
-        } run[CHIME_NEAR_RUNS];                                                \
+        } *run; /* the ring: CHIME_NEAR_RUNS, or NULL before the first */     \
+        struct {                                                               \
+            SLOT *v;                                                           \
+            uint32_t cap;                                                      \
+        } spare[CHIME_NEAR_SPARES];                                            \
+        uint32_t spare_n;                                                      \
     } HEAP;                                                                    \
     void FN(init)(HEAP * h);                                                   \
     void FN(free)(HEAP * h);                                                   \
@@ -131,6 +141,10 @@ typedef struct chime_theap_slot {
     void FN(unreserve)(HEAP * h, uint32_t n);                                  \
     /* Inserts t with key (deadline, t->seq) and sets CHIME_TF_INHEAP. */     \
     int FN(push)(HEAP * h, struct chime_task * t, int64_t deadline);          \
+    /* As push, but an entry into the near window's bucket does not open   \
+     * the bucket when it is the earliest: the head is right again at the  \
+     * next peek (or pop, front...), which a run of pushes makes once. */   \
+    int FN(push_many)(HEAP * h, struct chime_task * t, int64_t deadline);     \
     /* The head task, or NULL when empty; its deadline (INT64_MAX). Drop   \
      * detached slots at the head first. */                                   \
     struct chime_task *FN(peek)(HEAP * h);                                     \

@@ -127,7 +127,9 @@ FN(init)(HEAP *h)
     h->run_count = 0;
     h->run_n = 0;
     h->run_lazy = 0;
-    memset(h->run, 0, sizeof(h->run));
+    h->run = NULL;
+    memset(h->spare, 0, sizeof(h->spare));
+    h->spare_n = 0;
     h->scratch = NULL;
     h->scratch_cap = 0;
     memset(&h->far, 0, sizeof(h->far));
@@ -143,8 +145,12 @@ FN(free)(HEAP *h)
     chime__free(h->raw);
     for (uint32_t b = 0; b < CHIME_NEAR_SLOTS; b++)
         chime__free(h->near[b].v);
-    for (uint32_t r = 0; r < CHIME_NEAR_RUNS; r++)
-        chime__free(h->run[r].v);
+    if (h->run != NULL)
+        for (uint32_t r = 0; r < CHIME_NEAR_RUNS; r++)
+            chime__free(h->run[r].v);
+    chime__free(h->run);
+    for (uint32_t k = 0; k < h->spare_n; k++)
+        chime__free(h->spare[k].v);
     chime__free(h->scratch);
     chime__free(h->far.v);
     FN(init)(h);
@@ -215,12 +221,12 @@ FN(unreserve)(HEAP *h, uint32_t n)
 
 #if MARKS
 #define NEAR_MASK (CHIME_NEAR_SLOTS - 1u)
-#define NEAR_INDEX(b, i) (CHIME_NEAR_FLAG | ((uint32_t)(b) << 22) | (uint32_t)(i))
+#define NEAR_INDEX(b, i) (CHIME_NEAR_FLAG | ((uint32_t)(b) << 20) | (uint32_t)(i))
 #define RUN_INDEX(r, i)                                                        \
-    (CHIME_NEAR_FLAG | CHIME_NEAR_RUN | ((uint32_t)(r) << 22) | (uint32_t)(i))
-#define NEAR_B(x) (((x) >> 22) & 0xffu)
-#define NEAR_I(x) ((x) & 0x3fffffu)
-#define NEAR_MAX 0x3fffffu
+    (CHIME_NEAR_FLAG | CHIME_NEAR_RUN | ((uint32_t)(r) << 20) | (uint32_t)(i))
+#define NEAR_B(x) (((x) >> 20) & 0x3ffu) /* a run's: 10 bits, to bit 29 */
+#define NEAR_I(x) ((x) & 0xfffffu)
+#define NEAR_MAX 0xfffffu
 #define RUN_MASK (CHIME_NEAR_RUNS - 1u)
 #define TOMB ((struct chime_task *)(uintptr_t)1)
 #define FAR_INDEX(i) (CHIME_NEAR_FLAG | CHIME_FAR_BIT | (uint32_t)(i))
@@ -409,6 +415,19 @@ FN(run_front)(HEAP *h)
         if (h->run[r].pos < h->run[r].n)
             return &h->run[r].v[h->run[r].pos];
         h->run[r].n = h->run[r].pos = 0;
+        /* Its array goes to the spares (the next bucket that opens takes
+         * the one last consumed: warm), or is freed. */
+        if (h->run[r].v != NULL) {
+            if (h->spare_n < CHIME_NEAR_SPARES) {
+                h->spare[h->spare_n].v = h->run[r].v;
+                h->spare[h->spare_n].cap = h->run[r].cap;
+                h->spare_n++;
+            } else {
+                chime__free(h->run[r].v);
+            }
+            h->run[r].v = NULL;
+            h->run[r].cap = 0;
+        }
         h->run_head = (r + 1) & RUN_MASK;
         h->run_count--;
     }
@@ -603,13 +622,34 @@ FN(open_as_run)(HEAP *h, uint32_t b)
 {
     if (h->run_count == CHIME_NEAR_RUNS)
         return FN(append_to_run)(h, b);
+    if (h->run == NULL) {
+        h->run = chime__calloc(CHIME_NEAR_RUNS, sizeof(*h->run));
+        if (h->run == NULL)
+            return false; /* the bucket goes into the array */
+    }
     uint32_t r = (h->run_head + h->run_count) & RUN_MASK;
-    /* The bucket's storage becomes the run's; the bucket takes the run
-     * slot's (consumed) storage for its later entries. */
+    CHIME_ASSERT(h->run[r].v == NULL); /* retired: given to the spares */
+    /* The bucket's storage becomes the run's; the bucket takes the last
+     * consumed run's storage, if one is kept, for its later entries. */
     SLOT *v = h->near[b].v;
     uint32_t n = h->near[b].n, cap = h->near[b].cap;
-    h->near[b].v = h->run[r].v;
-    h->near[b].cap = h->run[r].cap;
+    uint32_t ncap = 16; /* what this bucket reached, as a power of 2 */
+    while (ncap < n && ncap < NEAR_MAX / 2)
+        ncap *= 2;
+    if (h->spare_n != 0 && h->spare[h->spare_n - 1].cap >= ncap) {
+        h->spare_n--;
+        h->near[b].v = h->spare[h->spare_n].v;
+        h->near[b].cap = h->spare[h->spare_n].cap;
+    } else {
+        /* None big enough (none at all while the runs are not consumed:
+         * a backlog): an array of the size this bucket reached, at once,
+         * rather than growing it by copies. None if there is no memory:
+         * it grows on push. */
+        if (h->spare_n != 0)
+            chime__free(h->spare[--h->spare_n].v);
+        h->near[b].v = chime__malloc((size_t)ncap * sizeof(SLOT));
+        h->near[b].cap = h->near[b].v != NULL ? ncap : 0;
+    }
     h->near[b].n = 0;
     h->near_map[b / 64] &= ~(UINT64_C(1) << (b % 64));
     h->near_n -= n;
@@ -812,6 +852,19 @@ FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
     t->flags |= CHIME_TF_INHEAP;
     FN(sift_up)(h, i);
     return 0;
+}
+
+int
+FN(push_many)(HEAP *h, struct chime_task *t, int64_t deadline)
+{
+#if MARKS
+    /* A bucket entry is never ahead of a run's (runs hold slots up to
+     * near_cur, buckets those after): only the array's head and the far
+     * run's front may be wrong until the next normalize. */
+    if (FN(near_push)(h, t, deadline) == 0)
+        return 0;
+#endif
+    return FN(push)(h, t, deadline); /* the window takes it no better */
 }
 
 /* The earliest entry: the array's head, the first run's front or the far
@@ -1256,6 +1309,17 @@ FN(check)(const HEAP *h)
     }
     if (total != h->run_n || lazy != h->run_lazy)
         return -1;
+    /* A retired ring slot gave its array to the spares (or freed it). */
+    if (h->run == NULL && h->run_count != 0)
+        return -1;
+    for (uint32_t j = h->run_count; h->run != NULL && j < CHIME_NEAR_RUNS; j++)
+        if (h->run[(h->run_head + j) & RUN_MASK].v != NULL)
+            return -1;
+    if (h->spare_n > CHIME_NEAR_SPARES)
+        return -1;
+    for (uint32_t k = 0; k < h->spare_n; k++)
+        if (h->spare[k].v == NULL || h->spare[k].cap < 16)
+            return -1;
     /* The far run: sorted, its last key at least every entry's, no
      * deferred slot in it, its array slots counted. */
     lazy = 0;

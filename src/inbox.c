@@ -254,24 +254,27 @@ chime__inbox_drain_locked(struct chime_pool *p)
         atomic_store_explicit(&p->cin, 0, memory_order_relaxed);
         chime__spin_unlock(&p->ilock);
     }
-    bool head = false;
-    for (uint32_t i = 0; i < n; i++) {
-        /* Written by producers on other cores: fetch ahead. */
-        if (i + 8 < n)
-            __builtin_prefetch(v[i + 8], 1);
-        struct chime_task *t = v[i];
-        int64_t deadline = t->defer_deadline;
-        t->defer_deadline = 0; /* a one-shot's period */
-        t->seq = seq++;
-        chime__heap_unreserve(&p->heap, 1);
-        int rc = chime__heap_push(&p->heap, t, deadline);
-        CHIME_ASSERT(rc == 0); /* its slot was reserved */
-        (void)rc;
-        head |= t->heap_index == 0;
+    if (n != 0) {
+        /* The head is looked at once for the whole buffer, not at each
+         * push: a new one wakes the leader. */
+        struct chime_task *head = chime__heap_peek(&p->heap);
+        chime__heap_unreserve(&p->heap, n); /* their slots, taken now */
+        for (uint32_t i = 0; i < n; i++) {
+            /* Written by producers on other cores: fetch ahead. */
+            if (i + 8 < n)
+                __builtin_prefetch(v[i + 8], 1);
+            struct chime_task *t = v[i];
+            int64_t deadline = t->defer_deadline;
+            t->defer_deadline = 0; /* a one-shot's period */
+            t->seq = seq++;
+            int rc = chime__heap_push_many(&p->heap, t, deadline);
+            CHIME_ASSERT(rc == 0); /* its slot was reserved */
+            (void)rc;
+        }
+        p->st.submitted += n;
+        if (chime__heap_peek(&p->heap) != head)
+            chime__new_head_locked(p);
     }
-    p->st.submitted += n;
-    if (head)
-        chime__new_head_locked(p);
     if (nc != 0) {
         /* Cancels made without the lock, after the submissions above (a
          * handle's cancel follows its submission). Each detach writes a

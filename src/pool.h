@@ -37,7 +37,7 @@ enum {
 
 /* Tasks a worker's claimed work leaves for its next turn under the
  * pool's lock (worker.c): settled to drop, or to settle there. */
-#define CHIME_WORKER_LATER 64u
+#define CHIME_WORKER_LATER 256u
 /* How many due rings a pool has (struct chime_due_ring). */
 #define CHIME_DUE_RINGS 4u
 
@@ -92,7 +92,7 @@ chime__late_bucket(int64_t late)
  * task; another worker claims from it only when that worker's own
  * looks find nothing due in the heap, or find the ring's head not moved
  * since their last look (its owner is held up in a callback). */
-#define CHIME_DUE_CAP 64u
+#define CHIME_DUE_CAP 256u
 struct chime_due_entry {
     _Atomic(struct chime_task *) task;
     _Atomic int64_t deadline;

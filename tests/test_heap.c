@@ -384,7 +384,7 @@ random_ops_near(const char *name, size_t steps, size_t max_len,
             /* Many tasks in the next few slots, few pops, the clock a
              * slot at a time: more due buckets than the runs' ring holds
              * (appended to the last run). */
-            if (op < 8) {
+            if (op < 30) {
                 now += slot;
                 h.near_hint = now;
             }
@@ -537,7 +537,7 @@ Test(heap, near_window_random_operations_match_a_sorted_reference)
 /* The same with tasks crowded into the next few slots of the window. */
 Test(heap, near_window_crowded_matches_a_sorted_reference)
 {
-    random_ops_near("near-many-runs", 10000, 2000, NEAR_DENSE);
+    random_ops_near("near-many-runs", 10000, 4000, NEAR_DENSE);
 }
 
 /* A bucket of thousands of entries (the radix sort), with ties among

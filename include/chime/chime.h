@@ -957,7 +957,7 @@ typedef struct chime_pool_stats {
     uint64_t timed_waits;      /**< timed waits started so far */
     int64_t max_lateness_ns;   /**< worst start - deadline seen by the
                                   workers. Workers take due tasks in
-                                  batches (up to 64): with the system
+                                  batches (up to 256): with the system
                                   clock a task's start is taken as the
                                   time its batch was taken (one clock
                                   read per batch), which may be earlier
