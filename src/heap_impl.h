@@ -813,6 +813,31 @@ FN(in_near)(const struct chime_task *t)
 #define FN_NORMALIZE(h) FN(trim)(h)
 #endif
 
+/* A push the near window did not take (nrc from near_push: 1, not in the
+ * window; < 0, its bucket could not grow): past the window, the far run,
+ * in order; else (or when the bucket could not grow) the array, if it
+ * has room (a reserved slot always does). */
+static int
+FN(push_past_window)(HEAP *h, struct chime_task *t, int64_t deadline, int nrc)
+{
+#if MARKS
+    if (nrc > 0 && FN(far_push)(h, t, deadline) == 0)
+        return 0;
+#else
+    (void)nrc;
+#endif
+    int rc = FN(reserve_n)(h, CHIME_HEAP_USED(h) + 1);
+    if (rc != 0)
+        return rc;
+    uint32_t i = h->len++;
+    h->slots[i].deadline = deadline;
+    h->slots[i].task = t;
+    t->heap_index = i;
+    t->flags |= CHIME_TF_INHEAP;
+    FN(sift_up)(h, i);
+    return 0;
+}
+
 int
 FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
 {
@@ -836,22 +861,10 @@ FN(push)(HEAP *h, struct chime_task *t, int64_t deadline)
         }
         return 0;
     }
-    /* Past the window: the far run, in order. A bucket that could not
-     * grow (nrc < 0): the array takes the task, if it has room (a
-     * reserved slot always does). */
-    if (nrc > 0 && FN(far_push)(h, t, deadline) == 0)
-        return 0;
+    return FN(push_past_window)(h, t, deadline, nrc);
+#else
+    return FN(push_past_window)(h, t, deadline, 1);
 #endif
-    int rc = FN(reserve_n)(h, CHIME_HEAP_USED(h) + 1);
-    if (rc != 0)
-        return rc;
-    uint32_t i = h->len++;
-    h->slots[i].deadline = deadline;
-    h->slots[i].task = t;
-    t->heap_index = i;
-    t->flags |= CHIME_TF_INHEAP;
-    FN(sift_up)(h, i);
-    return 0;
 }
 
 int
@@ -861,10 +874,13 @@ FN(push_many)(HEAP *h, struct chime_task *t, int64_t deadline)
     /* A bucket entry is never ahead of a run's (runs hold slots up to
      * near_cur, buckets those after): only the array's head and the far
      * run's front may be wrong until the next normalize. */
-    if (FN(near_push)(h, t, deadline) == 0)
+    int nrc = FN(near_push)(h, t, deadline);
+    if (nrc == 0)
         return 0;
+    return FN(push_past_window)(h, t, deadline, nrc);
+#else
+    return FN(push)(h, t, deadline);
 #endif
-    return FN(push)(h, t, deadline); /* the window takes it no better */
 }
 
 /* The earliest entry: the array's head, the first run's front or the far
