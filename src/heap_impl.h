@@ -703,7 +703,8 @@ FN(near_push)(HEAP *h, struct chime_task *t, int64_t deadline)
     uint32_t i = h->near[b].n++;
     /* Each bucket's array is written in order, the 128 of them in turn:
      * too many streams for the hardware prefetcher, and a bucket that
-     * opened holds a consumed run's cold array. The next push into this
+     * opened may hold a new array or a spare that has gone cold. The
+     * next push into this
      * bucket comes many pushes later: time for this fetch to land. */
     if (i + 8 < h->near[b].cap)
         __builtin_prefetch(&h->near[b].v[i + 8], 1);
