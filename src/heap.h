@@ -27,6 +27,7 @@
 #ifndef CHIME_HEAP_H
 #define CHIME_HEAP_H
 
+#include "arena.h"
 #include "slab.h"
 
 #include <stdbool.h>
@@ -130,6 +131,7 @@ typedef struct chime_theap_slot {
             uint32_t cap;                                                      \
         } spare[CHIME_NEAR_SPARES];                                            \
         uint32_t spare_n;                                                      \
+        struct chime_arena arena; /* the buckets', runs', spares' arrays */    \
     } HEAP;                                                                    \
     void FN(init)(HEAP * h);                                                   \
     void FN(free)(HEAP * h);                                                   \

@@ -130,6 +130,7 @@ FN(init)(HEAP *h)
     h->run = NULL;
     memset(h->spare, 0, sizeof(h->spare));
     h->spare_n = 0;
+    chime__arena_init(&h->arena);
     h->scratch = NULL;
     h->scratch_cap = 0;
     memset(&h->far, 0, sizeof(h->far));
@@ -139,20 +140,44 @@ FN(init)(HEAP *h)
     h->far_last = INT64_MIN;
 }
 
+/* The near window's arrays are blocks of the heap's arena (arena.h): a
+ * new size for v (cap slots, NULL: none), *ncap slots at least, rounded
+ * up to the whole block (*ncap then says how many); NULL if no memory,
+ * v untouched. */
+static __attribute__((unused)) SLOT * /* a binding's heap has no window */
+FN(arr_resize)(HEAP *h, SLOT *v, uint32_t cap, uint32_t *ncap)
+{
+    size_t bytes = chime__arena_size((size_t)*ncap * sizeof(SLOT));
+    /* Whole slots in every block: the pool's 16-byte slots. */
+    CHIME_ASSERT(bytes % sizeof(SLOT) == 0);
+    SLOT *nv = chime__arena_realloc(&h->arena, v, (size_t)cap * sizeof(SLOT),
+                                    bytes);
+    if (nv != NULL)
+        *ncap = (uint32_t)(bytes / sizeof(SLOT));
+    return nv;
+}
+
+static void
+FN(arr_free)(HEAP *h, SLOT *v, uint32_t cap)
+{
+    chime__arena_free(&h->arena, v, (size_t)cap * sizeof(SLOT));
+}
+
 void
 FN(free)(HEAP *h)
 {
     chime__free(h->raw);
     for (uint32_t b = 0; b < CHIME_NEAR_SLOTS; b++)
-        chime__free(h->near[b].v);
+        FN(arr_free)(h, h->near[b].v, h->near[b].cap);
     if (h->run != NULL)
         for (uint32_t r = 0; r < CHIME_NEAR_RUNS; r++)
-            chime__free(h->run[r].v);
+            FN(arr_free)(h, h->run[r].v, h->run[r].cap);
     chime__free(h->run);
     for (uint32_t k = 0; k < h->spare_n; k++)
-        chime__free(h->spare[k].v);
+        FN(arr_free)(h, h->spare[k].v, h->spare[k].cap);
     chime__free(h->scratch);
     chime__free(h->far.v);
+    chime__arena_destroy(&h->arena);
     FN(init)(h);
 }
 
@@ -423,7 +448,7 @@ FN(run_front)(HEAP *h)
                 h->spare[h->spare_n].cap = h->run[r].cap;
                 h->spare_n++;
             } else {
-                chime__free(h->run[r].v);
+                FN(arr_free)(h, h->run[r].v, h->run[r].cap);
             }
             h->run[r].v = NULL;
             h->run[r].cap = 0;
@@ -592,7 +617,7 @@ FN(append_to_run)(HEAP *h, uint32_t b)
         uint32_t ncap = h->run[r].cap * 2;
         if (ncap < at + n)
             ncap = at + n;
-        SLOT *nv = chime__realloc(h->run[r].v, (size_t)ncap * sizeof(SLOT));
+        SLOT *nv = FN(arr_resize)(h, h->run[r].v, h->run[r].cap, &ncap);
         if (nv == NULL)
             return false;
         h->run[r].v = nv;
@@ -645,9 +670,11 @@ FN(open_as_run)(HEAP *h, uint32_t b)
          * a backlog): an array of the size this bucket reached, at once,
          * rather than growing it by copies. None if there is no memory:
          * it grows on push. */
-        if (h->spare_n != 0)
-            chime__free(h->spare[--h->spare_n].v);
-        h->near[b].v = chime__malloc((size_t)ncap * sizeof(SLOT));
+        if (h->spare_n != 0) {
+            h->spare_n--;
+            FN(arr_free)(h, h->spare[h->spare_n].v, h->spare[h->spare_n].cap);
+        }
+        h->near[b].v = FN(arr_resize)(h, NULL, 0, &ncap);
         h->near[b].cap = h->near[b].v != NULL ? ncap : 0;
     }
     h->near[b].n = 0;
@@ -694,7 +721,7 @@ FN(near_push)(HEAP *h, struct chime_task *t, int64_t deadline)
         return rc;
     if (h->near[b].n == h->near[b].cap) {
         uint32_t ncap = h->near[b].cap ? h->near[b].cap * 2 : 16;
-        SLOT *nv = chime__realloc(h->near[b].v, (size_t)ncap * sizeof(SLOT));
+        SLOT *nv = FN(arr_resize)(h, h->near[b].v, h->near[b].cap, &ncap);
         if (nv == NULL)
             return -ENOMEM;
         h->near[b].v = nv;
