@@ -229,7 +229,10 @@ END {
     print "|---|---|---|---|" >> tbl
     # The goals of issue 11 (W1, W2, W4, W5), then those of the earlier
     # issues (W3, W6, W7). A "like-for-like" row compares with the peer
-    # given the clock of chime (the precise timer of libevent: never early).
+    # given the clock of chime (the precise timer of libevent: never early),
+    # or chime given the clock of the peer (a timer slack of two ticks: the
+    # 60 s timeouts of chime then count from CLOCK_MONOTONIC_COARSE, as the
+    # common timeouts of libevent do by default).
     s = msize["w1"]
     r = ratio(med("w1", s, "chime", "tasks_per_s"), med("w1", s, "stpe", "tasks_per_s"))
     goal("W1", sprintf("chime / STPE tasks/s = %s", num(r, "%.2f")), r, ">= 10", r >= 10)
@@ -245,8 +248,12 @@ END {
     goal("W2", sprintf("chime / libevent common-timeout = %s", num(r, "%.2f")), r, ">= 1.5", r >= 1.5)
     r = ratio(c, lp)
     goal("W2", sprintf("chime / libevent common-timeout, precise timer (like-for-like clock) = %s", num(r, "%.2f")), r, ">= 1.5", r >= 1.5)
+    r = ratio(med("w2", s, "chime-coarse", "rounds_per_s"), lc)
+    goal("W2", sprintf("chime with a timer slack of two coarse ticks / libevent common-timeout (like-for-like clock: both coarse) = %s", num(r, "%.2f")), r, ">= 1.5", r >= 1.5)
     r = ratio(ra, lc)
     goal("W2", sprintf("chime re-arm / libevent common-timeout = %s", num(r, "%.2f")), r, ">= 2", r >= 2)
+    r = ratio(med("w2", s, "chime-rearm-coarse", "rounds_per_s"), lc)
+    goal("W2", sprintf("chime re-arm with a timer slack of two coarse ticks / libevent common-timeout (both coarse) = %s", num(r, "%.2f")), r, ">= 2", r >= 2)
     r = ratio(ra, lp)
     goal("W2", sprintf("chime re-arm / libevent common-timeout, precise timer = %s", num(r, "%.2f")), r, ">= 2", r >= 2)
     r = ratio(ra, med("w2", s, "stpe", "rounds_per_s"))

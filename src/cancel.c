@@ -271,7 +271,12 @@ chime_task_rearm(chime_task *t, int64_t delay_ns)
     int64_t now_v = 0;
     const int64_t *now = NULL;
     if (p->clock == NULL) {
-        now_v = chime__pool_now(p);
+        /* A loop task's time is the precise one: its binding arms its
+         * timerfd from it. */
+        now_v = atomic_load_explicit(&p->coarse_slack, memory_order_relaxed) &&
+                        t->loop_id == 0
+                    ? chime__pool_base(p, delay_ns)
+                    : chime__pool_now(p);
         now = &now_v;
     }
     const struct chime_wall_hooks *w = chime__wall_of(t);

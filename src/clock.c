@@ -33,6 +33,23 @@ chime__deadline_after(int64_t now, int64_t delay)
 }
 
 int64_t
+chime__coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * CHIME_SEC + ts.tv_nsec;
+}
+
+int64_t
+chime__coarse_res_ns(void)
+{
+    struct timespec ts;
+    if (clock_getres(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+        return INT64_MAX;
+    return (int64_t)ts.tv_sec * CHIME_SEC + ts.tv_nsec;
+}
+
+int64_t
 chime__monotonic_ns(void)
 {
     struct timespec ts;

@@ -127,7 +127,7 @@ chime__inbox_push(struct chime_pool *p, chime_task_fn fn, void *arg,
 {
     if (!atomic_load_explicit(&p->iopen, memory_order_relaxed))
         return 1;
-    int64_t deadline = chime__deadline_after(chime__pool_now(p), delay);
+    int64_t deadline = chime__deadline_after(chime__pool_base(p, delay), delay);
     chime__spin_lock(&p->ilock);
     for (;;) {
         if (!atomic_load_explicit(&p->iopen, memory_order_relaxed) ||

@@ -142,6 +142,10 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     CHIME_HB_ATOMIC(&p->in);
     CHIME_HB_ATOMIC(&p->cin);
     CHIME_HB_ATOMIC(&p->wall);
+    atomic_init(&p->slack, 0);
+    atomic_init(&p->coarse_slack, 0);
+    CHIME_HB_ATOMIC(&p->slack);
+    CHIME_HB_ATOMIC(&p->coarse_slack);
     atomic_init(&p->ilock, 0);
     atomic_init(&p->iopen, false);
     atomic_init(&p->in, 0);
@@ -279,6 +283,32 @@ bool
 chime_pool_execute_delayed_after_shutdown(chime_pool *p)
 {
     return get_policy(p, p ? &p->execute_delayed : NULL);
+}
+
+int
+chime_pool_set_timer_slack(chime_pool *p, int64_t slack_ns)
+{
+    if (p == NULL || slack_ns < 0)
+        return -EINVAL;
+    if (CHIME_FORKED(p))
+        return -ECHILD;
+    /* The coarse clock only where deadlines are CLOCK_MONOTONIC's and the
+     * slack covers its lag (a tick) with a tick to spare. */
+    int64_t res = chime__coarse_res_ns();
+    bool coarse = p->clock == NULL && p->clock_id == CLOCK_MONOTONIC &&
+                  res != INT64_MAX && slack_ns / 2 >= res;
+    atomic_store_explicit(&p->slack, slack_ns, memory_order_relaxed);
+    atomic_store_explicit(&p->coarse_slack, coarse ? slack_ns : 0,
+                          memory_order_relaxed);
+    return 0;
+}
+
+int64_t
+chime_pool_timer_slack(chime_pool *p)
+{
+    if (p == NULL || CHIME_FORKED(p))
+        return 0;
+    return atomic_load_explicit(&p->slack, memory_order_relaxed);
 }
 
 int

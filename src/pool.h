@@ -206,6 +206,10 @@ struct chime_pool {
     _Atomic uint64_t jitter_calls; /* set_jitter calls so far (each task's
                                       generator is seeded from both) */
     clockid_t clock_id;        /* CLOCK_MONOTONIC or CLOCK_BOOTTIME */
+    /* chime_pool_set_timer_slack: the slack as set, and the one long
+     * delays add to the coarse clock (0: they read the precise one). */
+    _Atomic int64_t slack;
+    _Atomic int64_t coarse_slack;
     chime_clock_fn wall_clock; /* NULL: CLOCK_REALTIME */
     void *wall_clock_ctx;
     struct chime_wall *_Atomic wall; /* wall.c: made by the first wall-clock
@@ -463,6 +467,18 @@ chime__pool_now(const struct chime_pool *p)
         return p->clock(p->clock_ctx);
     return p->clock_id == CLOCK_BOOTTIME ? chime__boottime_ns()
                                          : chime__monotonic_ns();
+}
+
+/* The time a pool task's delay of delay_ns counts from: the pool's clock,
+ * or for a delay of a second or more with a timer slack
+ * (chime_pool_set_timer_slack), the coarse clock plus the slack. */
+static inline int64_t
+chime__pool_base(const struct chime_pool *p, int64_t delay)
+{
+    int64_t slack = atomic_load_explicit(&p->coarse_slack, memory_order_relaxed);
+    if (slack != 0 && delay >= CHIME_SEC)
+        return chime__sat_add(chime__coarse_ns(), slack);
+    return chime__pool_now(p);
 }
 
 /* ---- wall.c, reached from below through these hooks -------------------- */

@@ -335,7 +335,14 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
     }
     t->seq = chime__pool_seq(p);
     p->heap.near_hint = now;
-    if (chime__heap_push(&p->heap, t, chime__deadline_after(now, delay)) !=
+    /* A one-shot's deadline counts from the same time as through the
+     * inbox (with a timer slack, the coarse clock's for a long delay), so
+     * that equal delays keep the order of their submissions. */
+    int64_t base = now;
+    if (kind == CHIME_KIND_ONESHOT && delay >= CHIME_SEC &&
+        atomic_load_explicit(&p->coarse_slack, memory_order_relaxed) != 0)
+        base = chime__pool_base(p, delay);
+    if (chime__heap_push(&p->heap, t, chime__deadline_after(base, delay)) !=
         0) {
         pthread_mutex_unlock(&p->mu);
         if (out)

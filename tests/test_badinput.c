@@ -147,6 +147,9 @@ Test(badinput, null_pool_arguments)
         chime_pool_set_remove_on_cancel(NULL, true), -EINVAL);
     BAD("chime_pool_remove_on_cancel", "pool NULL",
         chime_pool_remove_on_cancel(NULL), false);
+    BAD("chime_pool_set_timer_slack", "pool NULL",
+        chime_pool_set_timer_slack(NULL, 0), -EINVAL);
+    BAD("chime_pool_timer_slack", "pool NULL", chime_pool_timer_slack(NULL), 0);
     BAD("chime_pool_clock_changed", "pool NULL", chime_pool_clock_changed(NULL),
         -EINVAL);
     BAD("chime_pool_now", "pool NULL", chime_pool_now(NULL), 0);
@@ -328,6 +331,9 @@ Test(badinput, out_of_range_arguments)
     BAD("chime_pool_set_threads", "n = 65537", chime_pool_set_threads(p, 65537),
         -EINVAL);
     cr_assert_eq(chime_pool_threads(p), 1, "a refused set_threads acted");
+    BAD("chime_pool_set_timer_slack", "slack_ns negative",
+        chime_pool_set_timer_slack(p, -1), -EINVAL);
+    cr_assert_eq(chime_pool_timer_slack(p), 0, "a refused slack was kept");
     BAD("chime_pool_set_threads", "n = 65536 (the limit)",
         chime_pool_set_threads(p, 65536), 0);
     BAD("chime_pool_set_threads", "n = 0", chime_pool_set_threads(p, 0), 0);
@@ -1181,6 +1187,7 @@ typedef struct inherited {
       chime_pool_set_continue_periodic_after_shutdown(in->p, false))           \
     X(chime_pool_set_remove_on_cancel, c,                                      \
       chime_pool_set_remove_on_cancel(in->p, true))                            \
+    X(chime_pool_set_timer_slack, c, chime_pool_set_timer_slack(in->p, 0))     \
     X(chime_pool_clock_changed, c, chime_pool_clock_changed(in->p))            \
     X(chime_pool_schedule, c,                                                  \
       chime_pool_schedule(in->p, t_noop_fn, NULL, 0, &x))                      \

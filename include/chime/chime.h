@@ -629,6 +629,46 @@ CHIME_EXPORT bool chime_pool_remove_on_cancel(chime_pool *p);
 /** @} */
 
 /**
+ * @brief Lets the pool's long timeouts run up to slack_ns late, for a
+ * cheaper clock read.
+ *
+ * With a slack of at least two ticks of the kernel's coarse clock
+ * (CLOCK_MONOTONIC_COARSE, whose resolution clock_getres gives: 4 ms at
+ * HZ=250), a pool one-shot scheduled with chime_pool_schedule(), or a
+ * pool task re-armed with chime_task_rearm(), with a delay of at least
+ * one second takes its deadline from that clock: its time plus slack_ns
+ * plus the delay. That clock costs some 3 ns a read where CLOCK_MONOTONIC
+ * costs 20-40 ns on a virtual machine, and it does not hold up the loads
+ * around it (chime_pool_schedule() and chime_task_cancel() of a
+ * connection timeout: 1.6 times the rounds per second in W2,
+ * docs/benchmarks.md). Such a task runs at most slack_ns late beyond the
+ * usual lateness (the coarse time is never ahead of the precise one). It
+ * would run early only if the coarse clock trailed the precise one by
+ * more than slack_ns: the kernel moves it at every tick, so that takes a
+ * tick held up that long (a virtual CPU stalled by its host).
+ *
+ * Shorter delays, periodic tasks, loop tasks, a pool with a custom clock
+ * or on CLOCK_BOOTTIME, and a slack under two ticks keep exact deadlines
+ * (the slack is then recorded and read back, and changes nothing). libevent
+ * makes the same trade by default (its common timeouts read the coarse
+ * clock unless EVENT_BASE_FLAG_PRECISE_TIMER); libuv and libev count
+ * timeouts from their loop's cached time.
+ *
+ * @param p The pool.
+ * @param slack_ns 0 (the default): exact deadlines.
+ * @retval 0 Success (tasks already queued keep their deadlines).
+ * @retval -EINVAL p NULL or slack_ns negative.
+ * @retval -ECHILD In a forked child.
+ * @par Thread-safety:
+ * Any thread; a schedule or re-arm racing with it uses either setting.
+ */
+CHIME_EXPORT int chime_pool_set_timer_slack(chime_pool *p, int64_t slack_ns);
+/** @brief The slack set by chime_pool_set_timer_slack(); 0 for NULL.
+ * @par Thread-safety:
+ * Any thread. */
+CHIME_EXPORT int64_t chime_pool_timer_slack(chime_pool *p);
+
+/**
  * @brief Tells a pool with a custom clock that time moved.
  *
  * Due tasks are handed to workers (and every binding with something due
