@@ -32,12 +32,25 @@ chime__deadline_after(int64_t now, int64_t delay)
     return chime__sat_add(now, delay > 0 ? delay : 0);
 }
 
+static inline int64_t
+ns_of(const struct timespec *ts)
+{
+    return (int64_t)ts->tv_sec * CHIME_SEC + ts->tv_nsec;
+}
+
+/* clock id's time now (the vDSO reads these without a system call). */
+static inline int64_t
+read_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return ns_of(&ts);
+}
+
 int64_t
 chime__coarse_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * CHIME_SEC + ts.tv_nsec;
+    return read_ns(CLOCK_MONOTONIC_COARSE);
 }
 
 int64_t
@@ -46,31 +59,25 @@ chime__coarse_res_ns(void)
     struct timespec ts;
     if (clock_getres(CLOCK_MONOTONIC_COARSE, &ts) != 0)
         return INT64_MAX;
-    return (int64_t)ts.tv_sec * CHIME_SEC + ts.tv_nsec;
+    return ns_of(&ts);
 }
 
 int64_t
 chime__monotonic_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * CHIME_SEC + ts.tv_nsec;
+    return read_ns(CLOCK_MONOTONIC);
 }
 
 int64_t
 chime__boottime_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return (int64_t)ts.tv_sec * CHIME_SEC + ts.tv_nsec;
+    return read_ns(CLOCK_BOOTTIME);
 }
 
 int64_t
 chime__realtime_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * CHIME_SEC + ts.tv_nsec;
+    return read_ns(CLOCK_REALTIME);
 }
 
 struct timespec
