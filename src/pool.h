@@ -469,16 +469,24 @@ chime__pool_now(const struct chime_pool *p)
                                          : chime__monotonic_ns();
 }
 
-/* The time a pool task's delay of delay_ns counts from: the pool's clock,
- * or for a delay of a second or more with a timer slack
- * (chime_pool_set_timer_slack), the coarse clock plus the slack. */
+/* With a timer slack (chime_pool_set_timer_slack) and a delay of a second
+ * or more: the coarse clock plus the slack, the time a pool one-shot's
+ * delay counts from; else INT64_MIN (the pool's clock: its caller's). */
 static inline int64_t
-chime__pool_base(const struct chime_pool *p, int64_t delay)
+chime__slack_base(const struct chime_pool *p, int64_t delay)
 {
     int64_t slack = atomic_load_explicit(&p->coarse_slack, memory_order_relaxed);
     if (slack != 0 && delay >= CHIME_SEC)
         return chime__sat_add(chime__coarse_ns(), slack);
-    return chime__pool_now(p);
+    return INT64_MIN;
+}
+
+/* The time a pool one-shot's delay of delay_ns counts from. */
+static inline int64_t
+chime__pool_base(const struct chime_pool *p, int64_t delay)
+{
+    int64_t base = chime__slack_base(p, delay);
+    return base != INT64_MIN ? base : chime__pool_now(p);
 }
 
 /* ---- wall.c, reached from below through these hooks -------------------- */

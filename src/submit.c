@@ -338,10 +338,10 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
     /* A one-shot's deadline counts from the same time as through the
      * inbox (with a timer slack, the coarse clock's for a long delay), so
      * that equal delays keep the order of their submissions. */
-    int64_t base = now;
-    if (kind == CHIME_KIND_ONESHOT && delay >= CHIME_SEC &&
-        atomic_load_explicit(&p->coarse_slack, memory_order_relaxed) != 0)
-        base = chime__pool_base(p, delay);
+    int64_t base =
+        kind == CHIME_KIND_ONESHOT ? chime__slack_base(p, delay) : INT64_MIN;
+    if (base == INT64_MIN)
+        base = now;
     if (chime__heap_push(&p->heap, t, chime__deadline_after(base, delay)) !=
         0) {
         pthread_mutex_unlock(&p->mu);

@@ -127,9 +127,11 @@ note_time(chime_task *self, void *arg, void **result)
  * a few ticks never starts before a second has passed since the call. */
 Test(slack, a_one_second_timeout_never_runs_early)
 {
+    /* Far more than the coarse clock's lag even on a loaded machine; any
+     * slack of two ticks or more reads that clock. */
     int64_t slack = 4 * coarse_res();
-    if (slack < 20 * CHIME_MSEC)
-        slack = 20 * CHIME_MSEC;
+    if (slack < 100 * CHIME_MSEC)
+        slack = 100 * CHIME_MSEC;
     chime_pool *p = pool_with(1);
     cr_assert_eq(chime_pool_set_timer_slack(p, slack), 0);
     int64_t t0 = chime_now_ns();
