@@ -39,6 +39,8 @@ struct annot {
     uint32_t jit_ppm; /* or the spread in ppm of the period */
     uint64_t rng;     /* the generator's state */
     int64_t jit_off;  /* the current run's offset */
+    chime_finalize_fn fin; /* chime_task_set_finalizer, or NULL */
+    void *fin_arg;         /* the user's argument it is called with */
     char label[CHIME_LABEL_MAX + 1];
 };
 
@@ -153,7 +155,48 @@ chime__annot_drop(const struct chime_task *t)
         s->n--;
     }
     pthread_mutex_unlock(&s->mu);
+    /* Every free of a task finalizes it first, with no lock held
+     * (chime__task_finalize): a finalizer still here is a path that
+     * missed it. Called all the same rather than leaked. */
+    CHIME_ASSERT(a == NULL || a->fin == NULL);
+    if (a != NULL && a->fin != NULL)
+        a->fin(a->fin_arg);
     chime__free(a);
+}
+
+void
+chime__annot_finalize(const struct chime_task *t)
+{
+    uint64_t h;
+    struct stripe *s = stripe_lock(t, &h);
+    struct annot *a = find(s, h, t);
+    chime_finalize_fn fn = NULL;
+    void *arg = NULL;
+    if (a != NULL) {
+        fn = a->fin;
+        arg = a->fin_arg;
+        a->fin = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (fn != NULL)
+        fn(arg);
+}
+
+int
+chime__annot_set_fin(struct chime_task *t, chime_finalize_fn fn, void *arg)
+{
+    if (fn == NULL && !(atomic_load_explicit(&t->refs, memory_order_relaxed) &
+                        CHIME_REF_ANNOT))
+        return 0; /* nothing to clear */
+    uint64_t h;
+    struct stripe *s = stripe_lock(t, &h);
+    struct annot *a = get_or_make(s, h, t);
+    if (a != NULL) {
+        a->fin = fn;
+        a->fin_arg = arg;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return a != NULL ? 0 : -ENOMEM;
 }
 
 void

@@ -28,6 +28,13 @@ void chime__annot_clear_group(struct chime_task *t, const void *g);
 size_t chime__annot_count(void);
 /* Drops t's record (the node is being freed). */
 void chime__annot_drop(const struct chime_task *t);
+/* Calls t's finalizer (chime_task_set_finalizer), if it has one, and
+ * forgets it: t is about to be freed. No chime lock held. */
+void chime__annot_finalize(const struct chime_task *t);
+/* Sets t's finalizer (NULL: none) and the argument it is called with.
+ * Returns 0 or -ENOMEM. */
+int chime__annot_set_fin(struct chime_task *t, chime_finalize_fn fn,
+                         void *arg);
 
 /* Jitter (chime_task_set_jitter). Called with the lock the task changes
  * under (its pool's, or its binding's) held, which guards the jitter

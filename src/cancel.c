@@ -76,15 +76,20 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
         bool running = st == CHIME_TASK_RUNNING || st == CHIME_TASK_RUN_REARMED;
         if (running && queued_only)
             return -ENOENT;
-        if (chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED))
+        if (chime__task_cas_state(t, &st,
+                                  running ? CHIME_TASK_CANCELLED_RUNNING
+                                          : CHIME_TASK_CANCELLED))
             break;
     }
     chime__completed_locked(p, t, CHIME_TASK_CANCELLED);
     if (st == CHIME_TASK_RUNNING || st == CHIME_TASK_RUN_REARMED) {
         /* The callback finishes its current run; whoever runs it sees the
-         * final state afterwards, discards the result and drops the task. */
+         * final state afterwards, discards the result, stores CANCELLED
+         * (chime__settle_locked: a waiting cancel wakes) and drops the
+         * task. */
         if (flags & CHIME_CANCEL_INTERRUPT)
             chime__task_interrupt(t);
+        return CHIME_CANCELLED_RUNNING;
     } else if (st == CHIME_TASK_BATCHED || st == CHIME_TASK_REARMING) {
         /* In the due ring (or claimed, about to go back to the heap):
          * whoever claims it drops it. */
@@ -188,11 +193,32 @@ lock_live(struct chime_task *t, struct chime_loop **l)
     return 0;
 }
 
+static int cancel(chime_task *t, unsigned flags);
+
 int
 chime_task_cancel(chime_task *t, unsigned flags)
 {
-    if (t == NULL || (flags & ~CHIME_CANCEL_INTERRUPT) != 0)
+    if (t == NULL ||
+        (flags & ~(CHIME_CANCEL_INTERRUPT | CHIME_CANCEL_WAIT)) != 0)
         return -EINVAL;
+    if (!(flags & CHIME_CANCEL_WAIT))
+        return cancel(t, flags);
+    /* Its own callback cannot return while it waits: refused, nothing
+     * done (a plain cancel from there is what it wants). */
+    if (chime__current_task() == t)
+        return -EDEADLK;
+    int rc = cancel(t, flags & CHIME_CANCEL_INTERRUPT);
+    if (rc != CHIME_CANCELLED_RUNNING && rc != -EALREADY)
+        return rc;
+    /* A run in progress, cancelled by this call or earlier by another:
+     * back only once it has returned. */
+    int w = chime__task_wait_idle(t, -1);
+    return w != 0 ? w : rc;
+}
+
+static int
+cancel(chime_task *t, unsigned flags)
+{
     int st = chime__task_state(t);
     if (chime__state_is_final(st))
         return -EALREADY; /* the pool may be gone: not touched */

@@ -157,6 +157,18 @@ chime__completed_locked(struct chime_pool *p, struct chime_task *t, int state)
 }
 
 void
+chime__cancel_ran_locked(struct chime_pool *p, struct chime_task *t)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    CHIME_ASSERT(chime__task_state_raw(t) == CHIME_TASK_CANCELLED_RUNNING);
+    chime__task_set_state(t, CHIME_TASK_CANCELLED);
+    /* seq_cst load after the store: a waiting canceller counts itself
+     * under this lock, so it either sees CANCELLED or is counted. */
+    if (atomic_load(&p->waiters))
+        pthread_cond_broadcast(&p->done_cv);
+}
+
+void
 chime__drop_locked(struct chime_task *t, struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&chime__task_pool(t)->mu);
@@ -213,6 +225,7 @@ chime__cancelled_locked(struct chime_pool *p, struct chime_task *t,
 static inline void
 batch_add(struct chime_free_batch *b, struct chime_task *t)
 {
+    chime__task_finalize(t);
     struct chime_pool *tp = chime__task_pool(t);
     if (chime__task_loop(t) != NULL || (b->p != NULL && tp != b->p)) {
         chime__free_batch_flush(b);
@@ -301,6 +314,7 @@ chime__loop_node_put_locked(struct chime_loop *l, struct chime_task *t)
 void
 chime__task_free(struct chime_task *t)
 {
+    chime__task_finalize(t); /* before the binding's lock */
     struct chime_loop *l = chime__task_loop(t);
     if (l != NULL) {
         /* Back to its binding while it is open: no shared cache line (the

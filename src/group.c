@@ -49,15 +49,18 @@ chime_group_new(chime_group **out)
     return 0;
 }
 
-/* Lets go of the completed tasks (g->mu held). */
+/* Lets go of the tasks that have completed and whose callback no longer
+ * runs (g->mu held): one cancelled during a run stays until that run has
+ * returned, so that a waiting close or a wait still finds it. */
 static void
-prune_locked(chime_group *g)
+prune_locked(chime_group *g, struct chime_task **later)
 {
     size_t k = 0;
     for (size_t i = 0; i < g->n; i++) {
-        if (chime_task_is_done(g->v[i])) {
+        if (chime__task_idle(g->v[i])) {
             chime__annot_clear_group(g->v[i], g); /* dumps: not g's now */
-            chime_task_release(g->v[i]);
+            /* Freed (finalized) once g->mu is released. */
+            chime__task_release_later(g->v[i], later);
         } else
             g->v[k++] = g->v[i];
     }
@@ -69,20 +72,29 @@ chime_group_add(chime_group *g, chime_task *t)
 {
     if (g == NULL || t == NULL)
         return -EINVAL;
+    struct chime_task *later = NULL;
     pthread_mutex_lock(&g->mu);
     if (g->closed) {
         pthread_mutex_unlock(&g->mu);
         (void)chime_task_cancel(t, 0);
         return -ESHUTDOWN;
     }
+    /* Idempotent: a task already in the group is not held twice. */
+    for (size_t i = 0; i < g->n; i++) {
+        if (g->v[i] == t) {
+            pthread_mutex_unlock(&g->mu);
+            return 0;
+        }
+    }
+    int rc = 0;
     if (g->n == g->cap) {
-        prune_locked(g);
+        prune_locked(g, &later);
         if (g->n == g->cap) {
             size_t cap = g->cap ? g->cap * 2 : 8;
             chime_task **v = chime__realloc(g->v, cap * sizeof(*v));
             if (v == NULL) {
-                pthread_mutex_unlock(&g->mu);
-                return -ENOMEM;
+                rc = -ENOMEM;
+                goto out;
             }
             g->v = v;
             g->cap = cap;
@@ -90,12 +102,14 @@ chime_group_add(chime_group *g, chime_task *t)
     }
     /* Dumps show the group a task was last added to. */
     if (chime__annot_set_group(t, g) != 0) {
-        pthread_mutex_unlock(&g->mu);
-        return -ENOMEM;
+        rc = -ENOMEM;
+        goto out;
     }
     g->v[g->n++] = chime_task_retain(t);
+out:
     pthread_mutex_unlock(&g->mu);
-    return 0;
+    chime__free_garbage(later);
+    return rc;
 }
 
 /* The group's tasks that have not completed, each retained, in a new array
@@ -106,10 +120,11 @@ snapshot(chime_group *g, bool close, size_t *n, int *rc)
 {
     *n = 0;
     *rc = 0;
+    struct chime_task *later = NULL;
     pthread_mutex_lock(&g->mu);
     if (close)
         g->closed = true;
-    prune_locked(g);
+    prune_locked(g, &later);
     chime_task **s = NULL;
     if (g->n != 0) {
         s = chime__malloc(g->n * sizeof(*s));
@@ -122,13 +137,15 @@ snapshot(chime_group *g, bool close, size_t *n, int *rc)
         }
     }
     pthread_mutex_unlock(&g->mu);
+    chime__free_garbage(later);
     return s;
 }
 
 static int
 cancel_all(chime_group *g, unsigned flags, bool close)
 {
-    if (g == NULL || (flags & ~CHIME_CANCEL_INTERRUPT) != 0)
+    if (g == NULL ||
+        (flags & ~(CHIME_CANCEL_INTERRUPT | CHIME_CANCEL_WAIT)) != 0)
         return -EINVAL;
     size_t n;
     int rc;
@@ -137,12 +154,24 @@ cancel_all(chime_group *g, unsigned flags, bool close)
         return rc;
     int cancelled = 0;
     for (size_t i = 0; i < n; i++) {
-        if (chime_task_cancel(s[i], flags) == 0)
+        int r = chime_task_cancel(s[i], flags & CHIME_CANCEL_INTERRUPT);
+        if (r == 0 || r == CHIME_CANCELLED_RUNNING)
             cancelled++;
+    }
+    /* Every cancel first, then the waits: runs in progress end in
+     * parallel. The calling task's own run (a timeout closing its own
+     * connection) is the caller: not waited for. */
+    chime_task *self = chime__current_task();
+    for (size_t i = 0; i < n; i++) {
+        if ((flags & CHIME_CANCEL_WAIT) && s[i] != self) {
+            int w = chime__task_wait_idle(s[i], -1);
+            if (w != 0 && rc == 0)
+                rc = w; /* -ECHILD */
+        }
         chime_task_release(s[i]);
     }
     chime__free(s);
-    return cancelled;
+    return rc != 0 ? rc : cancelled;
 }
 
 int
@@ -162,10 +191,14 @@ chime_group_count(chime_group *g)
 {
     if (g == NULL)
         return -EINVAL;
+    struct chime_task *later = NULL;
     pthread_mutex_lock(&g->mu);
-    prune_locked(g);
-    long n = (long)g->n;
+    prune_locked(g, &later);
+    long n = 0;
+    for (size_t i = 0; i < g->n; i++)
+        n += !chime_task_is_done(g->v[i]);
     pthread_mutex_unlock(&g->mu);
+    chime__free_garbage(later);
     return n;
 }
 
@@ -197,6 +230,13 @@ chime_group_wait(chime_group *g, int64_t timeout_ns)
             if (left < 0 && end != INT64_MAX)
                 left = 0;
             int r = chime_task_wait(s[i], left, NULL);
+            if (r != -ETIMEDOUT && r != -ECHILD && r != -EDEADLK) {
+                /* Completed; a cancelled run may still be returning. */
+                left = end == INT64_MAX ? -1 : end - chime__monotonic_ns();
+                if (left < 0 && end != INT64_MAX)
+                    left = 0;
+                r = chime__task_wait_idle(s[i], left);
+            }
             if (r == -ETIMEDOUT)
                 rc = -ETIMEDOUT;
             else if (r == -ECHILD || r == -EDEADLK)

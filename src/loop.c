@@ -240,7 +240,10 @@ settle_unlocked(struct chime_task *t, int rc, struct chime_task **freed)
         return false;
     uint32_t refs = atomic_load_explicit(&t->refs, memory_order_acquire);
     CHIME_HB_AFTER(&t->refs);
-    if ((refs & CHIME_REF_HANDLES) != 0 || (t->flags & CHIME_TF_REARM) ||
+    /* An annotated task (a finalizer to call with no lock held) takes
+     * the full settle: freed after the binding's lock. */
+    if ((refs & (CHIME_REF_HANDLES | CHIME_REF_ANNOT)) != 0 ||
+        (t->flags & CHIME_TF_REARM) ||
         chime__task_state(t) != CHIME_TASK_RUNNING)
         return false;
     if (refs & CHIME_REF_POOLREF) {

@@ -575,6 +575,9 @@ void chime__cancelled_locked(struct chime_pool *p, struct chime_task *t,
                              struct chime_task **garbage);
 /* Drops the pool's reference on t; a task to free goes on *garbage. */
 void chime__drop_locked(struct chime_task *t, struct chime_task **garbage);
+/* t, cancelled while its callback ran (CHIME_TASK_CANCELLED_RUNNING), has
+ * returned from that run: stores CANCELLED and wakes the waiters. */
+void chime__cancel_ran_locked(struct chime_pool *p, struct chime_task *t);
 /* Completes as cancelled each task on list (through task->next) that has
  * not completed yet, and drops the pool's reference on each: the tasks a
  * heap filter or a ready-queue take removed. */
@@ -771,6 +774,15 @@ int chime__timers_delay_locked(struct chime_loop *l, struct chime_task *t,
                                int64_t by);
 /* chime_task_rearm without the wall-clock hook (wall.c's trampoline). */
 int chime__task_rearm_plain(struct chime_task *t, int64_t delay_ns);
+/* Waits until t is idle (chime__task_idle: completed, and no callback of
+ * it runs), at most timeout_ns (< 0: forever). Returns 0, -ETIMEDOUT or
+ * -ECHILD. The caller holds a handle on t; no chime lock held. */
+int chime__task_wait_idle(struct chime_task *t, int64_t timeout_ns);
+/* chime_task_release() of a handle reference held under a lock: a task
+ * left with no reference goes on *later, for chime__free_garbage() once
+ * the lock is released (its finalizer must not run under it). */
+void chime__task_release_later(struct chime_task *t,
+                               struct chime_task **later);
 
 /* ---- shutdown.c ---------------------------------------------------------- */
 /* Applies the shutdown policies to what is queued (Java's onShutdown). */

@@ -31,7 +31,9 @@ run_in_caller(struct chime_pool *p, struct chime_task *t)
     struct chime_task *garbage = NULL;
     chime__pool_lock(p);
     p->st.completed++;
-    if (!chime__state_is_final(chime__task_state(t))) {
+    if (chime__task_state_raw(t) == CHIME_TASK_CANCELLED_RUNNING) {
+        chime__cancel_ran_locked(p, t);
+    } else if (!chime__state_is_final(chime__task_state(t))) {
         if (rc != 0) {
             chime__complete_locked(p, t, CHIME_TASK_FAILED, rc);
         } else if (chime__task_kind(t) == CHIME_KIND_ONESHOT) {

@@ -66,6 +66,22 @@ chime_task_release(chime_task *t)
     return 0;
 }
 
+void
+chime__task_release_later(struct chime_task *t, struct chime_task **later)
+{
+    uint32_t old = atomic_load_explicit(&t->refs, memory_order_relaxed);
+    CHIME_HB_BEFORE(&t->refs);
+    do {
+        CHIME_ASSERT((old & CHIME_REF_HANDLES) != 0);
+    } while (!atomic_compare_exchange_weak_explicit(
+        &t->refs, &old, old - 1, memory_order_acq_rel, memory_order_relaxed));
+    CHIME_HB_AFTER(&t->refs);
+    if (((old - 1) & (CHIME_REF_POOL | CHIME_REF_HANDLES)) == 0) {
+        t->next = *later; /* nobody else can reach it now */
+        *later = t;
+    }
+}
+
 chime_task_state
 chime_task_get_state(chime_task *t)
 {
@@ -133,6 +149,16 @@ chime_task_arg(chime_task *t)
         return NULL;
     const struct chime_wall_hooks *w = chime__wall_of(t);
     return w ? w->arg_of(t->arg) : t->arg;
+}
+
+int
+chime_task_set_finalizer(chime_task *t, chime_finalize_fn fn)
+{
+    if (t == NULL)
+        return -EINVAL;
+    /* The user's argument (a wall-clock task's argument is its context):
+     * read now, so the finalizer needs nothing of the task at its free. */
+    return chime__annot_set_fin(t, fn, chime_task_arg(t));
 }
 
 int64_t
@@ -275,6 +301,41 @@ chime_task_wait(chime_task *t, int64_t timeout_ns, void **result)
     if (!chime__state_is_final(st))
         return -ETIMEDOUT;
     return outcome(t, st, result);
+}
+
+int
+chime__task_wait_idle(struct chime_task *t, int64_t timeout_ns)
+{
+    if (chime__task_idle(t))
+        return 0;
+    /* Not idle: a handle (the caller's) keeps the pool's memory, so its
+     * lock may be taken. */
+    if (CHIME_FORKED(chime__task_pool(t)))
+        return -ECHILD;
+    if (timeout_ns == 0)
+        return -ETIMEDOUT;
+    int64_t end = timeout_ns > 0
+                      ? chime__sat_add(chime__monotonic_ns(), timeout_ns)
+                      : INT64_MAX;
+    struct timespec ts = chime__abs_timespec(end);
+    struct wait_place w;
+    wait_place(t, &w);
+    CHIME_LOCK_EITHER(w.mu, w.loop_waiters != NULL);
+    wait_count(&w, 1);
+    int rc = 0;
+    /* Its runner stores CANCELLED under this lock after the callback
+     * returned, and broadcasts while anyone is counted here. */
+    while (!chime__task_idle(t)) {
+        if (timeout_ns < 0) {
+            pthread_cond_wait(w.cv, w.mu);
+        } else if (pthread_cond_timedwait(w.cv, w.mu, &ts) == ETIMEDOUT) {
+            rc = chime__task_idle(t) ? 0 : -ETIMEDOUT;
+            break;
+        }
+    }
+    wait_count(&w, -1);
+    pthread_mutex_unlock(w.mu);
+    return rc;
 }
 
 int

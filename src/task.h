@@ -64,6 +64,14 @@ enum {
  * the queue takes it out without dropping that reference
  * (chime__drop_locked); the drain (chime__cancelled_locked) drops it. */
 #define CHIME_TASK_CANCELLED_FAST 64
+/* A task cancelled while its callback ran (reported CANCELLED and final:
+ * its outcome is decided, waiters of chime_task_wait wake at once). Its
+ * runner, once the callback and the hooks around it have returned, stores
+ * CANCELLED under the lock the task settles under (the pool's or its
+ * binding's) and wakes that lock's waiters: a waiting cancel
+ * (CHIME_CANCEL_WAIT) and chime_group_wait sleep until then
+ * (chime__task_wait_idle, task.c). docs/model/cancelwait.pml. */
+#define CHIME_TASK_CANCELLED_RUNNING 65
 /* A queued pool one-shot whose slot is deferred (CHIME_TF_DEFER): it may
  * be re-armed later without the pool's lock (cancel.c, rearm_fast), which
  * takes the task by CAS DEFERRED -> DEFER_BUSY, writes its real deadline
@@ -154,12 +162,22 @@ chime__task_state_raw(const struct chime_task *t)
     return s;
 }
 
-/* The state, a cancel without the lock reported as CANCELLED. */
+/* The state, a cancel without the lock or of a running callback
+ * reported as CANCELLED. */
 static inline int
 chime__task_state(const struct chime_task *t)
 {
     int s = chime__task_state_raw(t);
-    return s == CHIME_TASK_CANCELLED_FAST ? CHIME_TASK_CANCELLED : s;
+    return s >= CHIME_TASK_CANCELLED_FAST ? CHIME_TASK_CANCELLED : s;
+}
+
+/* Completed, and no callback of it runs or will run: what a waiting
+ * cancel waits for. */
+static inline bool
+chime__task_idle(const struct chime_task *t)
+{
+    int s = chime__task_state_raw(t);
+    return s >= CHIME_TASK_DONE && s != CHIME_TASK_CANCELLED_RUNNING;
 }
 
 /* Publishes a new state (release): everything written before, the outcome
@@ -349,6 +367,17 @@ chime__node_prefetch_after(struct chime_task *t, struct chime_task *next)
 #define chime__node_freed(t) ((void)0)
 #define chime__node_reused(t) ((void)0)
 #endif
+
+/* t is about to be freed (no handle, no pool reference left): its
+ * finalizer, if it has one, is called now. Every free of a task that was
+ * submitted calls this first, with no chime lock held. */
+static inline void
+chime__task_finalize(struct chime_task *t)
+{
+    if (atomic_load_explicit(&t->refs, memory_order_relaxed) &
+        CHIME_REF_ANNOT)
+        chime__annot_finalize(t);
+}
 
 /* A task's node becomes free: its annotation record (if any) goes, then
  * the node is poisoned. Every free of a node that held a task goes

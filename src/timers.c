@@ -195,7 +195,8 @@ chime__loop_completed_locked(struct chime_loop *l, struct chime_task *t,
 {
     CHIME_ASSERT_HELD(&l->mu);
     t->flags &= (uint8_t)~CHIME_TF_REARM;
-    if (state == CHIME_TASK_CANCELLED)
+    if (state == CHIME_TASK_CANCELLED ||
+        state == CHIME_TASK_CANCELLED_RUNNING)
         l->pst.cancelled++;
     else if (state == CHIME_TASK_FAILED)
         l->pst.failed++;
@@ -321,9 +322,16 @@ chime__loop_settle_locked(struct chime_loop *l, struct chime_task *t, int rc,
 {
     CHIME_ASSERT_HELD(&l->mu);
     l->pst.completed++;
-    int st = chime__task_state(t);
+    int st = chime__task_state_raw(t);
     if (chime__state_is_final(st)) {
-        chime__loop_drop_locked(l, t, garbage); /* cancelled while running */
+        /* Cancelled while running: its callback has returned now (a
+         * waiting cancel wakes). */
+        if (st == CHIME_TASK_CANCELLED_RUNNING) {
+            chime__task_set_state(t, CHIME_TASK_CANCELLED);
+            if (l->waiters)
+                pthread_cond_broadcast(&l->done_cv);
+        }
+        chime__loop_drop_locked(l, t, garbage);
         return;
     }
     if (rc != 0) {
@@ -425,10 +433,12 @@ chime__loop_cancel_locked(struct chime_loop *l, struct chime_task *t,
         if (queued_only)
             return -ENOENT;
         /* The callback finishes its current run; the dispatch sees the
-         * final state afterwards and drops the task. */
+         * final state afterwards, stores CANCELLED and drops the task. */
         if (flags & CHIME_CANCEL_INTERRUPT)
             chime__task_interrupt(t);
-        chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED, -ECANCELED);
+        chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED_RUNNING,
+                                    -ECANCELED);
+        return CHIME_CANCELLED_RUNNING;
     } else if (st == CHIME_TASK_READY) {
         chime__ready_unqueue_locked(l, t);
         chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED, -ECANCELED);
@@ -450,8 +460,9 @@ chime__loop_cancel_locked(struct chime_loop *l, struct chime_task *t,
                 return -ENOENT;
             if (flags & CHIME_CANCEL_INTERRUPT)
                 chime__task_interrupt(t);
-            chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED,
+            chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED_RUNNING,
                                         -ECANCELED);
+            return CHIME_CANCELLED_RUNNING;
         }
     } else {
         CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);

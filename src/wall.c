@@ -162,7 +162,7 @@ static const struct chime_wall_hooks hooks = {
 
 /* Drops entries whose task completed and that nobody else holds. */
 static void
-prune_locked(struct chime_wall *w)
+prune_locked(struct chime_wall *w, struct chime_task **later)
 {
     for (size_t i = 0; i < w->n;) {
         struct chime_task *t = w->v[i].t;
@@ -171,7 +171,9 @@ prune_locked(struct chime_wall *w)
             (refs & CHIME_REF_HANDLES) == 1) {
             struct wall_ctx *c = w->v[i].c;
             w->v[i] = w->v[--w->n];
-            chime_task_release(t);
+            /* Freed (finalized: the finalizer has its argument apart from
+             * c) once w->mu is released. */
+            chime__task_release_later(t, later);
             ctx_free(c);
             continue;
         }
@@ -182,10 +184,10 @@ prune_locked(struct chime_wall *w)
 
 /* Room for one more entry: 0 or -ENOMEM. */
 static int
-room_locked(struct chime_wall *w)
+room_locked(struct chime_wall *w, struct chime_task **later)
 {
     if (w->n >= w->prune_at)
-        prune_locked(w);
+        prune_locked(w, later);
     if (w->n < w->cap)
         return 0;
     size_t cap = w->cap ? w->cap * 2 : 16;
@@ -215,8 +217,10 @@ step_pass(struct chime_pool *p, struct chime_wall *w)
         (void)chime__task_rearm_pending(t, due > now ? due - now : 0);
     }
     size_t n = w->n;
-    prune_locked(w);
+    struct chime_task *later = NULL;
+    prune_locked(w, &later);
     pthread_mutex_unlock(&w->mu);
+    chime__free_garbage(later);
     chime__log(p, CHIME_LOG_INFO,
                "pool %s: the wall clock was stepped: %zu wall-clock tasks "
                "looked at again",
@@ -324,22 +328,24 @@ wall_stop(struct chime_pool *p)
     /* Every task has completed (destroy waited for termination): the
      * registry lets go of them. A task a user still holds keeps its
      * context (chime_task_arg) until the pool's memory goes. */
+    struct chime_task *later = NULL;
     pthread_mutex_lock(&w->mu);
     for (size_t i = 0; i < w->n; i++) {
         struct chime_task *t = w->v[i].t;
         uint32_t refs = atomic_load_explicit(&t->refs, memory_order_acquire);
         struct wall_ctx *c = w->v[i].c;
         if ((refs & CHIME_REF_HANDLES) == 1) {
-            chime_task_release(t);
+            chime__task_release_later(t, &later);
             ctx_free(c);
         } else {
             c->orphan_next = w->orphans;
             w->orphans = c;
-            chime_task_release(t);
+            chime__task_release_later(t, &later);
         }
     }
     w->n = 0;
     pthread_mutex_unlock(&w->mu);
+    chime__free_garbage(later); /* finalizers: no lock held */
 }
 
 static void
@@ -409,12 +415,15 @@ chime__wall_schedule(struct chime_pool *p, struct chime_loop *l,
      * trampoline may write it: an atomic helgrind cannot see. */
     CHIME_HB_ATOMIC(&c->wall_ns);
     atomic_init(&c->wall_ns, wall_ns); /* published by the scheduling */
+    struct chime_task *later = NULL;
     pthread_mutex_lock(&w->mu);
-    int rc = room_locked(w);
+    int rc = room_locked(w, &later);
     if (rc == 0)
         rc = watch_start_locked(p, w);
     uint64_t steps = atomic_load_explicit(&w->steps, memory_order_acquire);
     pthread_mutex_unlock(&w->mu);
+    chime__free_garbage(later);
+    later = NULL;
     if (rc != 0) {
         ctx_free(c);
         return rc;
@@ -431,11 +440,12 @@ chime__wall_schedule(struct chime_pool *p, struct chime_loop *l,
         return rc;
     }
     pthread_mutex_lock(&w->mu);
-    if (room_locked(w) != 0) {
+    if (room_locked(w, &later) != 0) {
         /* Others filled the room made above, and it cannot grow. */
         c->orphan_next = w->orphans; /* t's argument: kept till the end */
         w->orphans = c;
         pthread_mutex_unlock(&w->mu);
+        chime__free_garbage(later);
         chime_task_cancel(t, 0);
         chime_task_release(t);
         return -ENOMEM;
@@ -445,6 +455,7 @@ chime__wall_schedule(struct chime_pool *p, struct chime_loop *l,
     w->n++;
     bool moved = atomic_load_explicit(&w->steps, memory_order_acquire) != steps;
     pthread_mutex_unlock(&w->mu);
+    chime__free_garbage(later);
     if (moved) {
         /* A step pass ran while this task was being queued, without it:
          * its distance to the wall deadline again. */

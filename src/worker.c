@@ -647,9 +647,12 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
 {
     CHIME_ASSERT_HELD(&p->mu);
     p->st.completed++;
-    int st = chime__task_state(t);
+    int st = chime__task_state_raw(t);
     if (chime__state_is_final(st)) {
-        /* Cancelled while running: outcome already published. */
+        /* Cancelled while running: outcome already published; its
+         * callback has returned now. */
+        if (st == CHIME_TASK_CANCELLED_RUNNING)
+            chime__cancel_ran_locked(p, t);
         chime__drop_locked(t, garbage);
         return;
     }

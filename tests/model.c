@@ -957,11 +957,14 @@ static int
 m_cancel(m_model *m, int id, unsigned flags)
 {
     m_task *t = &m->t[id];
-    if (flags & ~CHIME_CANCEL_INTERRUPT)
+    if (flags & ~(CHIME_CANCEL_INTERRUPT | CHIME_CANCEL_WAIT))
         return -EINVAL;
     if (m_final(t->state))
         return -EALREADY;
-    if (t->state == CHIME_TASK_RUNNING && (flags & CHIME_CANCEL_INTERRUPT))
+    /* "CHIME_CANCELLED_RUNNING: cancelled by this call while a run was in
+     * progress" */
+    bool running = t->state == CHIME_TASK_RUNNING;
+    if (running && (flags & CHIME_CANCEL_INTERRUPT))
         t->interrupted = true;
     m_complete(m, id, CHIME_TASK_CANCELLED, -ECANCELED);
     if (t->loop >= 0) {
@@ -975,7 +978,7 @@ m_cancel(m_model *m, int id, unsigned flags)
     } else if (t->queued && m->remove_on_cancel) {
         t->queued = false; /* else it stays as a ghost */
     }
-    return 0;
+    return running ? CHIME_CANCELLED_RUNNING : 0;
 }
 
 /* chime_task_rearm: "On a queued task it takes effect at once (it queues
@@ -1999,7 +2002,7 @@ m_gen_step(m_gen *g, m_step *st)
         op->target = m_gen_held(g);
         uint8_t c = m_byte(&g->src);
         op->delay = m_delays[c & 15];
-        op->flags = (c >> 4) == 15 ? 2 : (c >> 4) & 1; /* 2: -EINVAL */
+        op->flags = (c >> 4) == 15 ? 4 : (c >> 4) & 1; /* 4: -EINVAL */
         if (op->target < 0) {
             op->kind = MO_ADVANCE; /* no handle: a no-op step */
             op->delay = 0;

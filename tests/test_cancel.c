@@ -10,6 +10,7 @@
 #include "support.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -47,7 +48,7 @@ ctl_init(ctl *c)
     c->cause = 0;
     t_latch_init(&c->started, 1);
     t_latch_init(&c->gate, 1);
-    atomic_store(&c->self_rc, 1);
+    atomic_store(&c->self_rc, INT_MIN); /* not yet called */
     c->result = NULL;
 }
 
@@ -183,7 +184,7 @@ Test(cancel, cancelling_a_running_one_shot_discards_its_result)
     cr_assert_eq(chime_pool_schedule(f.p, ctl_fn, &f.c, 0, &f.h), 0);
     cr_assert(t_latch_wait(&f.c.started, T_LONG_NS));
     cr_assert_eq(chime_task_get_state(f.h), CHIME_TASK_RUNNING);
-    cr_assert_eq(chime_task_cancel(f.h, 0), 0);
+    cr_assert_eq(chime_task_cancel(f.h, 0), CHIME_CANCELLED_RUNNING);
     /* the body is still blocked: the wait must not depend on it */
     void *r = NULL;
     cr_assert_eq(chime_task_wait(f.h, CHIME_FOREVER, &r), -ECANCELED);
@@ -247,7 +248,7 @@ Test(cancel, interrupting_cancel_ends_the_sleep_and_does_not_leak)
     cr_assert_eq(chime_pool_schedule(p, t_sleeper_fn, &next, 0, &h2), 0);
     cr_assert(t_latch_wait(&s.started, T_LONG_NS));
     cr_assert_not(chime_task_interrupted(h));
-    cr_assert_eq(chime_task_cancel(h, CHIME_CANCEL_INTERRUPT), 0);
+    cr_assert_eq(chime_task_cancel(h, CHIME_CANCEL_INTERRUPT), CHIME_CANCELLED_RUNNING);
     cr_assert(chime_task_interrupted(h));
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), -ECANCELED);
     cr_assert(T_WAIT_UNTIL(atomic_load(&s.rc) != 1, T_LONG_NS),
@@ -274,7 +275,7 @@ Test(cancel, plain_cancel_ends_a_sleep_without_flagging_an_interrupt)
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_sleeper_fn, &s, 0, &h), 0);
     cr_assert(t_latch_wait(&s.started, T_LONG_NS));
-    cr_assert_eq(chime_task_cancel(h, 0), 0);
+    cr_assert_eq(chime_task_cancel(h, 0), CHIME_CANCELLED_RUNNING);
     cr_assert(T_WAIT_UNTIL(atomic_load(&s.rc) != 1, T_LONG_NS),
               "a cancelled task's sleep went on");
     cr_assert_eq(atomic_load(&s.rc), -EINTR);
@@ -310,7 +311,7 @@ Test(cancel, running_callback_sees_a_cooperative_interrupt)
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, polls_interrupt_fn, &pl, 0, &h), 0);
     cr_assert(t_latch_wait(&pl.started, T_LONG_NS));
-    cr_assert_eq(chime_task_cancel(h, CHIME_CANCEL_INTERRUPT), 0);
+    cr_assert_eq(chime_task_cancel(h, CHIME_CANCEL_INTERRUPT), CHIME_CANCELLED_RUNNING);
     cr_assert(T_WAIT_UNTIL(atomic_load(&pl.seen) != -1, T_LONG_NS));
     cr_assert_eq(atomic_load(&pl.seen), 1, "the callback never saw it");
     cr_assert_eq(chime_task_wait(h, 0, NULL), -ECANCELED);
@@ -331,7 +332,7 @@ Test(cancel, periodic_cancelled_while_running_never_runs_again)
     cr_assert(t_requeued(&f.c.n, f.h, 1));
     t_clock_advance(&f.clk, f.p, 10 * CHIME_MSEC);
     cr_assert(t_latch_wait(&f.c.started, T_LONG_NS));
-    cr_assert_eq(chime_task_cancel(f.h, 0), 0);
+    cr_assert_eq(chime_task_cancel(f.h, 0), CHIME_CANCELLED_RUNNING);
     cr_assert_eq(chime_task_wait(f.h, CHIME_FOREVER, NULL), -ECANCELED);
     t_latch_count_down(&f.c.gate);
     cr_assert(T_WAIT_UNTIL(
@@ -360,8 +361,8 @@ Test(cancel, periodic_cancelling_itself_never_runs_again)
         }
         cr_assert_eq(chime_task_wait(f.h, T_LONG_NS, NULL), -ECANCELED);
         /* the wait ends at the cancel, before the callback has returned */
-        cr_assert(T_WAIT_UNTIL(atomic_load(&f.c.self_rc) != 1, T_LONG_NS));
-        cr_assert_eq(atomic_load(&f.c.self_rc), 0);
+        cr_assert(T_WAIT_UNTIL(atomic_load(&f.c.self_rc) != INT_MIN, T_LONG_NS));
+        cr_assert_eq(atomic_load(&f.c.self_rc), CHIME_CANCELLED_RUNNING);
         cr_assert(T_WAIT_UNTIL(stats_of(f.p).running == 0, T_LONG_NS));
         t_clock_advance(&f.clk, f.p, 100 * CHIME_MSEC);
         cr_assert(t_stays(&f.c.n, 3), "ran after cancelling itself");
@@ -1660,7 +1661,8 @@ Test(cancel, callback_cancels_itself_and_another_task)
     stage_start(&s, pool_with(1), cancels_other_and_itself_fn);
     cr_assert_eq(chime_task_wait(s.h, T_LONG_NS, NULL), -ECANCELED);
     cr_assert(T_WAIT_UNTIL(atomic_load(&s.a.rc[3]) != 1, T_LONG_NS));
-    static const int want[4] = {0, 0, -EALREADY, -EALREADY};
+    static const int want[4] = {0, CHIME_CANCELLED_RUNNING, -EALREADY,
+                                -EALREADY};
     for (int i = 0; i < 4; i++)
         cr_assert_eq(atomic_load(&s.a.rc[i]), want[i], "call %d", i);
     cr_assert_eq(chime_task_get_state(s.victim), CHIME_TASK_CANCELLED);

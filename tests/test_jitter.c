@@ -215,7 +215,7 @@ Test(jitter, refuses_what_it_does_not_apply_to)
     cr_assert_eq(chime_task_set_jitter(busy, MS, 0, CHIME_JITTER_NOW),
                  -EALREADY);
     cr_assert_eq(chime_task_set_jitter(busy, MS, 0, 0), 0);
-    cr_assert_eq(chime_task_cancel(busy, 0), 0);
+    cr_assert_eq(chime_task_cancel(busy, 0), CHIME_CANCELLED_RUNNING);
     atomic_store(&g_gate, 1);
     chime_task_release(one);
     chime_task_release(rate);

@@ -204,6 +204,18 @@ CHIME_EXPORT int64_t chime_now_ns(void);
  */
 typedef int (*chime_task_fn)(chime_task *self, void *arg, void **result);
 
+/**
+ * @ingroup chime-submit
+ * @brief A task's finalizer (chime_task_set_finalizer()): lets go of its
+ * argument, as GLib's GDestroyNotify does.
+ * @param arg The argument the task was submitted with (for a wall-clock
+ * or cron task, the user's argument).
+ * @par Runs on:
+ * The thread that lets go of the task last, with no chime lock held: see
+ * chime_task_set_finalizer().
+ */
+typedef void (*chime_finalize_fn)(void *arg);
+
 /* ------------------------------------------------------------------------ */
 /* Pool options                                                              */
 
@@ -1060,6 +1072,12 @@ typedef enum chime_task_state {
 
 /** Cancel flag: also flag a running callback (chime_task_interrupted()). */
 #define CHIME_CANCEL_INTERRUPT 1u
+/** Cancel flag: return only once no callback of the task runs or will run
+ * again, so the caller may free the task's argument (chime_task_cancel()). */
+#define CHIME_CANCEL_WAIT 2u
+/** chime_task_cancel() result: cancelled by this call while its callback
+ * was running (that run finishes; no further run starts). */
+#define CHIME_CANCELLED_RUNNING 1
 
 /**
  * @brief Cancels the task.
@@ -1068,7 +1086,9 @@ typedef enum chime_task_state {
  * remove_on_cancel is off); a running callback finishes its current run,
  * its result is discarded, and a periodic task never runs again. With
  * CHIME_CANCEL_INTERRUPT a running callback sees chime_task_interrupted()
- * true. Waiters wake at once with -ECANCELED. Never blocks on the callback.
+ * true. Waiters of chime_task_wait() wake at once with -ECANCELED (the
+ * outcome is decided; a cancelled run may still be in progress). Never
+ * blocks on the callback unless CHIME_CANCEL_WAIT asks it to.
  * A queued pool one-shot (remove_on_cancel on) is cancelled without the
  * pool's lock: one compare-and-swap of its state decides, and the queue
  * takes its slot out at the next look any thread makes at it (a stats,
@@ -1078,19 +1098,51 @@ typedef enum chime_task_state {
  * started never runs, even if it was already due) when it is made on the
  * binding's loop thread, and from any thread before the binding's first
  * dispatch (no dispatch can be taking the task to run); see chime-loop(3).
+ * From another thread once the loop runs, either the cancel wins (0) or
+ * the callback had started (CHIME_CANCELLED_RUNNING).
  *
  * The task's own callback may cancel it and then release its own handle
  * (closing a connection from its own timeout): the run finishes normally
  * and the task is freed once it returns.
+ *
+ * Without CHIME_CANCEL_WAIT the result tells the three cases apart: 0,
+ * this call prevented every further run and none is in progress;
+ * CHIME_CANCELLED_RUNNING, this call cancelled it while a run was in
+ * progress (that run goes on to its end); -EALREADY, it had completed
+ * before (a run may still be in progress if another thread cancelled it
+ * during that run: wait for it with CHIME_CANCEL_WAIT).
+ *
+ * With CHIME_CANCEL_WAIT the call returns only when no callback of the
+ * task runs and none ever will (nor its hooks): the caller may then free
+ * what the argument points to. It waits for a run in progress whether
+ * this call or an earlier one cancelled it, on whichever thread the run
+ * is: a worker, or for a loop task its loop thread (a loop task whose
+ * callback is running on the loop thread is waited for until that
+ * callback returns there; its binding's dispatch goes on as usual). It
+ * returns at once when no run is in progress. While it waits the caller
+ * must not hold anything that the running callback (or a hook) needs to
+ * return: a mutex the callback takes, or the loop thread itself (so never
+ * wait from a callback of the same binding for a task the binding runs:
+ * that task cannot be running then anyway, since a binding runs one
+ * callback at a time). Two callbacks that wait for each other deadlock,
+ * as with any blocking join. From the task's own callback it returns
+ * -EDEADLK and does nothing (cancel without the flag there).
  * @param task The task.
- * @param flags 0 or CHIME_CANCEL_INTERRUPT.
- * @retval 0 Cancelled by this call.
- * @retval -EALREADY The task has already completed (done, failed,
- * cancelled or rejected).
+ * @param flags 0, or CHIME_CANCEL_INTERRUPT and/or CHIME_CANCEL_WAIT.
+ * @retval 0 Cancelled by this call; no run was in progress.
+ * @retval CHIME_CANCELLED_RUNNING (1) Cancelled by this call while a run
+ * was in progress; with CHIME_CANCEL_WAIT that run has returned by now.
+ * @retval -EALREADY The task had already completed (done, failed,
+ * cancelled or rejected); with CHIME_CANCEL_WAIT no run of it is in
+ * progress any more either.
+ * @retval -EDEADLK With CHIME_CANCEL_WAIT, from the task's own callback:
+ * nothing was done.
  * @retval -EINVAL task NULL, unknown flags.
- * @retval -ECHILD After fork, on a task that has not completed.
+ * @retval -ECHILD After fork, on a task that has not completed (or whose
+ * cancelled run has not returned, with CHIME_CANCEL_WAIT).
  * @par Thread-safety:
- * Any thread, including the task's own callback.
+ * Any thread, including the task's own callback (without
+ * CHIME_CANCEL_WAIT there). With CHIME_CANCEL_WAIT it blocks: see above.
  */
 CHIME_EXPORT int chime_task_cancel(chime_task *task, unsigned flags);
 
@@ -1249,6 +1301,43 @@ CHIME_EXPORT chime_task_fn chime_task_callback(chime_task *task);
  * Any thread. */
 CHIME_EXPORT void *chime_task_arg(chime_task *task);
 
+/**
+ * @brief Gives the task a finalizer: fn(arg) is called exactly once, when
+ * chime is done with the task's argument, so that an argument the task
+ * never ran with does not leak.
+ *
+ * chime is done with the argument when the task has completed, no run of
+ * it is in progress and no handle on it is left: after its last run has
+ * returned (hooks included), or when it completes without running: a
+ * cancel, chime_pool_remove() or chime_pool_purge(), a group's cancel or
+ * close, a rejection (CHIME_REJECT_DISCARD, DISCARD_OLDEST), a shut-down
+ * pool's policies, chime_pool_shutdown_now() (a task it hands back in its
+ * list keeps the finalizer until the caller releases it), chime_pool_destroy(),
+ * or the close of a binding (a loop task or a post). A handle still held
+ * (chime_task_arg() reads the argument through it) defers the call to the
+ * release of the last one. A task released with its argument already freed
+ * by the owner (after a waiting cancel, say) should clear its finalizer
+ * first (fn NULL), or not set one.
+ * @param task The task (any state before its last handle is released).
+ * @param fn The finalizer; NULL removes it. A second call replaces the
+ * first (only the last one set is called).
+ * @retval 0 Success.
+ * @retval -EINVAL task NULL.
+ * @retval -ENOMEM Out of memory: nothing changed.
+ * @par Thread-safety:
+ * Any thread holding a handle on the task (or its own callback, and the
+ * pool's hooks). Costs nothing to tasks without one (a side table, as
+ * labels).
+ * @par Runs on (the finalizer):
+ * The thread that lets go of the task last, with no chime lock held: the
+ * worker or loop thread its last run returned on; the thread that
+ * cancelled, removed, rejected, closed, shut down or destroyed it, for a
+ * task that never ran again; or the thread that released its last handle.
+ * It may call chime functions, except on its own task (gone by then).
+ */
+CHIME_EXPORT int chime_task_set_finalizer(chime_task *task,
+                                          chime_finalize_fn fn);
+
 /** The longest label (bytes, without the NUL). */
 #define CHIME_LABEL_MAX 63
 
@@ -1332,8 +1421,10 @@ CHIME_EXPORT int chime_group_new(chime_group **out);
  * @brief Adds a task to the group (the group takes its own reference).
  *
  * A task that has completed already is accepted and leaves at the next
- * count. Adding a task to two groups is allowed (each cancels it).
- * @retval 0 Added.
+ * count. Adding a task to two groups is allowed (each cancels it). Adding
+ * a task that is already in the group changes nothing (it is held and
+ * counted once).
+ * @retval 0 Added, or already in the group.
  * @retval -EINVAL group or task NULL.
  * @retval -ENOMEM Out of memory (not added).
  * @retval -ESHUTDOWN The group was closed: the task is cancelled at once
@@ -1346,13 +1437,24 @@ CHIME_EXPORT int chime_group_add(chime_group *group, chime_task *task);
  * @brief Cancels every task of the group (chime_task_cancel() on each,
  * with flags): pending ones never run, running ones see the cancel as
  * any cancelled running task does. The group stays open.
+ *
+ * With CHIME_CANCEL_WAIT it returns only once no callback of any task of
+ * the group runs or will run again (runs in progress cancelled by this
+ * call or earlier ones included), so the caller may free what their
+ * arguments point to: the connection, in the teardown of a connection
+ * whose timers are the group's. Called from a callback of a task of the
+ * group (a connection's timeout closing the connection), it waits for
+ * every other task of the group and not for the caller's own run. What
+ * the caller must not hold while it waits: see chime_task_cancel().
  * @param group The group.
- * @param flags 0 or CHIME_CANCEL_INTERRUPT.
- * @return How many tasks this call cancelled (>= 0); -EINVAL (group NULL,
- * unknown flags); -ENOMEM (nothing cancelled).
+ * @param flags 0, or CHIME_CANCEL_INTERRUPT and/or CHIME_CANCEL_WAIT.
+ * @return How many tasks this call cancelled (>= 0: those whose
+ * chime_task_cancel() returned 0 or CHIME_CANCELLED_RUNNING); -EINVAL
+ * (group NULL, unknown flags); -ENOMEM (nothing cancelled); -ECHILD (with
+ * CHIME_CANCEL_WAIT, after fork, on a run in progress that cannot end).
  * @par Thread-safety:
  * Any thread, including a task of the group (which then cancels itself
- * too: its current run finishes).
+ * too: its current run finishes). With CHIME_CANCEL_WAIT it blocks.
  */
 CHIME_EXPORT int chime_group_cancel(chime_group *group, unsigned flags);
 /**
@@ -1370,8 +1472,9 @@ CHIME_EXPORT int chime_group_close(chime_group *group, unsigned flags);
  */
 CHIME_EXPORT long chime_group_count(chime_group *group);
 /**
- * @brief Waits until every task of the group has completed (tasks added
- * meanwhile included).
+ * @brief Waits until every task of the group has completed and no
+ * callback of any of them runs (tasks added meanwhile included): a task
+ * cancelled during a run counts until that run has returned.
  * @param group The group.
  * @param timeout_ns Most time to wait; CHIME_FOREVER (< 0): no limit; 0:
  * just look.

@@ -91,10 +91,14 @@ op_cancel(producer *pr)
         return;
     unsigned flags = rng_pm(g, 700) ? CHIME_CANCEL_INTERRUPT : 0;
     int rc = chime_task_cancel(t, flags);
-    if (rc == 0) {
-        /* Without the flag a RUNNING task cannot be told apart. */
-        bool running =
-            !(flags & CHIME_CANCEL_INTERRUPT) || chime_task_interrupted(t);
+    if (rc == 0 || rc == CHIME_CANCELLED_RUNNING) {
+        /* The result says whether a run was in progress. */
+        bool running = rc == CHIME_CANCELLED_RUNNING;
+        if (running && (flags & CHIME_CANCEL_INTERRUPT) &&
+            !chime_task_interrupted(t))
+            violation("task %u: cancelled running with the interrupt flag, "
+                      "not interrupted",
+                      idx(r));
         freeze(r, running ? 1 : 0, FREEZE_CANCEL);
         atomic_fetch_add(running ? &COV.cancel_running : &COV.cancel_pending,
                          1);

@@ -305,7 +305,10 @@ task_fn(chime_task *self, void *arg, void **result)
         }
         if (rng_pm(&g, 15)) {
             int rc = chime_task_cancel(self, 0);
-            if (rc == 0) {
+            if (rc == 0)
+                violation("task %u: self cancel said no run in progress",
+                          idx(r));
+            if (rc == CHIME_CANCELLED_RUNNING) {
                 freeze(r, 0, FREEZE_SELF_CANCEL);
                 atomic_fetch_add(&COV.cancel_self, 1);
                 if (atomic_fetch_add(&r->cancel_ok, 1) != 0)
