@@ -589,7 +589,9 @@ CHIME_EXPORT int chime_pool_prestart_all(chime_pool *pool);
 /**
  * @brief Changes the core thread count.
  *
- * Surplus idle workers exit, missing ones start as tasks arrive.
+ * Surplus idle workers exit. Missing ones start at once for the tasks
+ * already waiting (queued, or due and not yet started: one worker per
+ * task, up to n), and later as tasks arrive.
  * @retval 0 Success.
  * @retval -EINVAL pool NULL or n > 65536.
  * @par Thread-safety:
