@@ -56,7 +56,6 @@
 
 #define DQ_MIN_CAP 16u
 #define DQ_MAX_CAP (UINT32_C(1) << 31)
-#define DISARMED INT64_MIN
 
 struct chime_dq {
     pthread_mutex_t mu;
@@ -75,7 +74,8 @@ struct chime_dq {
     chime_clock_fn clock;       /* immutable: NULL = CLOCK_MONOTONIC */
     void *clock_ctx;            /* immutable */
     int fd;                     /* mu: -1 until chime_dq_fd() */
-    int64_t armed;              /* mu: timerfd: deadline armed for */
+    bool armed;                 /* mu: timerfd: armed (a head queued) */
+    int64_t armed_for;          /* mu: timerfd: its deadline, if armed */
     bool signalled;             /* mu: eventfd: holds a count */
     uint64_t offered, taken, handovers, fd_arms; /* mu: stats */
 };
@@ -164,18 +164,22 @@ sync_fd_locked(chime_dq *dq)
     if (dq->fd < 0)
         return;
     if (!dq->clock) {
-        int64_t want = dq->len ? dq->slots[0].deadline : DISARMED;
-        if (want == dq->armed)
+        /* Armed is a flag of its own: every deadline, INT64_MIN too, is
+         * a legal one, so none can stand for "disarmed". */
+        bool arm = dq->len != 0;
+        int64_t want = arm ? dq->slots[0].deadline : 0;
+        if (arm == dq->armed && (!arm || want == dq->armed_for))
             return;
         struct itimerspec its;
         memset(&its, 0, sizeof(its));
-        if (want != DISARMED) /* an it_value of 0 would disarm: use 1 ns */
+        if (arm) /* an it_value of 0 would disarm: use 1 ns */
             its.it_value = chime__abs_timespec(want > 0 ? want : 1);
         /* Cannot fail: a valid fd of ours and a valid time. */
         int rc = timerfd_settime(dq->fd, TFD_TIMER_ABSTIME, &its, NULL);
         CHIME_ASSERT(rc == 0);
         (void)rc;
-        dq->armed = want;
+        dq->armed = arm;
+        dq->armed_for = want;
         dq->fd_arms++;
         return;
     }
@@ -246,7 +250,7 @@ chime_dq_new(const chime_dq_options *opts, chime_dq **out)
     dq->clock = o.clock;
     dq->clock_ctx = o.clock_ctx;
     dq->fd = -1;
-    dq->armed = DISARMED;
+    dq->armed = false;
     int rc = pthread_mutex_init(&dq->mu, NULL);
     if (rc)
         goto fail_mu;
@@ -641,7 +645,7 @@ chime_dq_fd(chime_dq *dq)
                                             TFD_NONBLOCK | TFD_CLOEXEC);
         if (fd >= 0) {
             dq->fd = fd;
-            dq->armed = DISARMED;
+            dq->armed = false;
             dq->signalled = false;
             sync_fd_locked(dq);
         }

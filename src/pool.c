@@ -214,8 +214,12 @@ chime_pool_set_threads(chime_pool *p, unsigned n)
     pthread_cond_broadcast(&p->follower_cv);
     if (p->leader)
         pthread_cond_signal(&p->leader_cv);
+    /* A worker for each task waiting, up to the new count: those in the
+     * heap and those a worker already moved into a due ring (BATCHED or
+     * REARMING, due_live), which the new workers claim as helpers. */
+    size_t waiting = chime__heap_live(&p->heap) + atomic_load(&p->due_live);
     int spawn_n = 0;
-    while (p->run_state == CHIME_POOL_RUNNING && chime__heap_live(&p->heap) > (size_t)spawn_n &&
+    while (p->run_state == CHIME_POOL_RUNNING && waiting > (size_t)spawn_n &&
            p->nthreads < p->core) {
         p->nthreads++;
         spawn_n++;

@@ -409,8 +409,8 @@ chime_strerror(int err)
     case -EBUSY:
         return "busy: a loop binding is still open (close it before "
                "chime_pool_destroy), another thread is the binding's loop "
-               "thread, or dispatch was called from one of the binding's own "
-               "callbacks";
+               "thread, dispatch was called from one of the binding's own "
+               "callbacks, or a touched timer is already taken to run";
     case -EPERM:
         return "operation not permitted (not the binding's loop thread)";
     case -ECHILD:

@@ -28,7 +28,10 @@
  *   activity + timeout later than the key means there was activity since
  *   it was armed, and the slot moves there instead of running. A re-arm
  *   to a later deadline of a queued one-shot is the same thing: O(1), no
- *   sift. A re-arm to an earlier deadline moves the slot.
+ *   sift. A re-arm to an earlier deadline moves the slot. The store is
+ *   made only while the task waits (PENDING, READY); taken to run or
+ *   running, a touch decides under loop->mu (cancel.c): refused, or, after
+ *   a re-arm in the run, it moves run_deadline with the activity.
  * - Termination. loop->tasks counts the binding's accepted tasks until it
  *   drops them; the pool terminates only when every binding's count is
  *   zero (complete.c). A loop-side drop in a shut-down pool asks for

@@ -96,6 +96,9 @@
  *   touch), it goes back among the timers, at act + timeout, when a
  *   dispatch takes it to run. A zero timeout never waits (a post, or a
  *   delay <= 0): touching such a task changes nothing once it is due.
+ *   Taken by a dispatch or running (no re-arm in the run), a touch is
+ *   refused (-EBUSY); after a re-arm in the run it moves that re-arm's
+ *   deadline with the activity (rearm_act), its timeout kept.
  * - `key` is the library's heap slot key of a loop timer: a later re-arm
  *   or a touch leaves it early and it catches up when it falls due (the
  *   move counts that in touch_requeues). The header does not say when a
@@ -123,7 +126,8 @@
  *                     taken does not stop its run, while one of a timer
  *                     still in the ready queue does: the same touch from an
  *                     earlier callback of the same dispatch works or not
- *                     depending on batch_limit;
+ *                     depending on batch_limit (fixed, issue 35: the
+ *                     header says so, and that touch returns -EBUSY);
  *   OLDEST_KEY        DISCARD_OLDEST compares loop timers by their heap
  *                     key, which a later re-arm or a touch leaves early;
  *                     and with the pool's queue empty it takes none due at
@@ -239,6 +243,7 @@ typedef struct m_task {
     bool rearm;   /* re-armed while running */
     int64_t rearm_deadline;
     int64_t rearm_timeout;
+    int64_t rearm_act; /* the activity of that re-arm, or a later touch */
     bool interrupted;
     int runs;
     intptr_t result;
@@ -308,7 +313,7 @@ static const char *m_dev_name[M_DEV_COUNT] = {
 #define M_FIXED                                                                \
     ((1u << M_DEV_BATCHED_PERIODIC) | (1u << M_DEV_SHUTDOWN_KEY) |            \
      (1u << M_DEV_REMOVE_GHOST) | (1u << M_DEV_REARM_TERM) |                 \
-     (1u << M_DEV_REARM_TIMEOUT))
+     (1u << M_DEV_REARM_TIMEOUT) | (1u << M_DEV_BATCHED_TOUCH))
 
 static unsigned
 m_strict_from_env(void)
@@ -996,6 +1001,7 @@ m_rearm(m_model *m, int id, int64_t delay)
         t->rearm = true;
         t->rearm_deadline = d;
         t->rearm_timeout = m_timeout_for(m, d);
+        t->rearm_act = m->now;
     } else if (t->loop >= 0 && !t->queued) {
         m_queue_again(m, id, d, m_timeout_for(m, d)); /* ready or taken */
         if (m_final(t->state) && m_lib(m, M_DEV_REARM_TERM))
@@ -1016,8 +1022,9 @@ m_rearm(m_model *m, int id, int64_t delay)
 /* chime_task_touch: "Records activity now for a one-shot loop task ... a
  * task that saw activity since it was armed does not run: it waits on
  * until the last activity plus its timeout". "-EALREADY (completed),
- * -EINVAL (NULL or a periodic task), -ENOTSUP (a pool task)", checked in
- * the order the library has them (the header gives none).
+ * -EBUSY (too late), -EINVAL (NULL or a periodic task), -ENOTSUP (a pool
+ * task)", checked in the order the library has them (the header gives
+ * none).
  * chime_task_touch_at(task, at): the same with the time given ("runs no
  * earlier than now_ns + its timeout"); the decoder gives now or later.
  * A time earlier than the last activity (a plain touch after a touch_at in
@@ -1035,6 +1042,21 @@ m_touch(m_model *m, int id, int64_t at)
         return -EINVAL;
     if (m_final(t->state))
         return -EALREADY;
+    /* "-EBUSY: the timer has expired and its loop has taken it to run,
+     * or it is running, with no re-arm made in the run"; re-armed in the
+     * run: "the touch moves the deadline of that re-arm, its timeout
+     * kept" (never back). */
+    if (t->batched || (t->state == CHIME_TASK_RUNNING && !t->rearm))
+        return -EBUSY;
+    if (t->state == CHIME_TASK_RUNNING) {
+        if (at > t->rearm_act) {
+            t->rearm_deadline =
+                m_clamp((__int128)t->rearm_deadline + ((__int128)at - t->rearm_act));
+            t->rearm_act = at;
+            t->rearm_timeout = t->rearm_deadline - at;
+        }
+        return 0;
+    }
     t->act = at;
     t->touched = true;
     if (t->queued) {

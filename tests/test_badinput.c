@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "badinput.h"
+#include "chime/cron.h"
 #include "internal.h"
 #include "support.h"
 
@@ -903,6 +904,70 @@ Test(badinput, calls_on_a_closed_binding)
     UNDOC("chime_loop_schedule", "binding closed, DISCARD pool",
           chime_loop_schedule(l, t_noop_fn, NULL, 0, NULL), -ESHUTDOWN,
           "as for chime_loop_post");
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+/* A loop one-shot's callback touches itself: its last run, too late. */
+static int
+touch_self_fn(chime_task *self, void *arg, void **result)
+{
+    (void)result;
+    atomic_store((atomic_int *)arg, chime_task_touch(self));
+    return 0;
+}
+
+/* chime_task_touch and chime_task_touch_at on what they cannot move. */
+Test(badinput, touch_of_tasks_it_cannot_move)
+{
+    chime_pool *p = pool_with(1);
+    chime_loop *l = loop_here(p, 0);
+    chime_task *pool_h = NULL, *rate = NULL, *wall = NULL, *cal = NULL;
+    chime_task *done = NULL;
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, T_FAR_NS, &pool_h),
+                 0);
+    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, t_noop_fn, NULL,
+                                                   T_FAR_NS, T_FAR_NS, &rate),
+                 0);
+    cr_assert_eq(chime_loop_schedule_wall(l, t_noop_fn, NULL,
+                                          chime_pool_wall_now(p) + T_FAR_NS,
+                                          &wall),
+                 0);
+    chime_cron cron;
+    cr_assert_eq(chime_cron_parse(&cron, "0 0 1 1 *", NULL), 0);
+    cr_assert_eq(
+        chime_loop_schedule_cron(l, t_noop_fn, NULL, &cron, chime_tz_utc(),
+                                 &cal),
+        0);
+    int64_t now = chime_pool_now(p);
+
+    BAD("chime_task_touch", "task NULL", chime_task_touch(NULL), -EINVAL);
+    BAD("chime_task_touch_at", "task NULL", chime_task_touch_at(NULL, now),
+        -EINVAL);
+    BAD("chime_task_touch", "a pool task", chime_task_touch(pool_h),
+        -ENOTSUP);
+    BAD("chime_task_touch", "a periodic loop task", chime_task_touch(rate),
+        -EINVAL);
+    BAD("chime_task_touch", "a wall-clock loop task", chime_task_touch(wall),
+        -ENOTSUP);
+    BAD("chime_task_touch_at", "a wall-clock loop task",
+        chime_task_touch_at(wall, now), -ENOTSUP);
+    BAD("chime_task_touch", "a calendar (cron) loop task",
+        chime_task_touch(cal), -ENOTSUP);
+    BAD("chime_task_touch_at", "a calendar (cron) loop task",
+        chime_task_touch_at(cal, now), -ENOTSUP);
+
+    atomic_int in_run = 1;
+    cr_assert_eq(chime_loop_schedule(l, touch_self_fn, &in_run, 0, &done), 0);
+    cr_assert(DISPATCH_UNTIL(l, chime_task_is_done(done), T_LONG_NS));
+    BAD("chime_task_touch", "from its own callback, its last run",
+        atomic_load(&in_run), -EBUSY);
+    BAD("chime_task_touch", "a completed loop task", chime_task_touch(done),
+        -EALREADY);
+    BAD("chime_task_touch_at", "a completed loop task",
+        chime_task_touch_at(done, now), -EALREADY);
+
+    T_RELEASE(pool_h, rate, wall, cal, done);
+    cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 

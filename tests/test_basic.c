@@ -843,3 +843,79 @@ Test(basic, task_submitting_a_task_does_not_deadlock)
     cr_assert_eq(chime_pool_destroy(p), 0);
     t_latch_destroy(&n.inner_ran);
 }
+
+/* ---- growing the pool (issue 35) ---------------------------------------- */
+
+/* The threads that ran `spread_fn`: each run notes its thread, then holds
+ * its worker until `want` distinct threads have entered (or the test gives
+ * up), so that the count can only reach `want` if that many workers run
+ * tasks at the same time. */
+#define SPREAD_MAX 8
+typedef struct spread {
+    pthread_mutex_t mu;
+    pthread_t seen[SPREAD_MAX]; /* mu */
+    int distinct;               /* mu */
+    int want;
+    atomic_bool give_up;
+    t_latch first; /* counted down by every run: zero once one entered */
+} spread;
+
+static int
+spread_distinct(spread *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->distinct;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+static int
+spread_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    spread *s = arg;
+    pthread_t me = pthread_self();
+    pthread_mutex_lock(&s->mu);
+    bool known = false;
+    for (int i = 0; i < s->distinct; i++)
+        known = known || pthread_equal(s->seen[i], me);
+    if (!known && s->distinct < SPREAD_MAX)
+        s->seen[s->distinct++] = me;
+    pthread_mutex_unlock(&s->mu);
+    t_latch_count_down(&s->first);
+    (void)T_WAIT_UNTIL(
+        spread_distinct(s) >= s->want || atomic_load(&s->give_up), T_LONG_NS);
+    return 0;
+}
+
+/* One worker moves every due task into its due ring (they are all due at
+ * once, fewer than the ring holds) and runs the first, which holds it;
+ * the heap is empty then. Raising the thread count must start workers for
+ * the ring's tasks: the callbacks wait until 4 distinct threads entered,
+ * which one thread alone never achieves. */
+Test(basic, set_threads_grows_the_pool_for_tasks_already_due)
+{
+    enum { TASKS = 200, THREADS = 4 };
+    t_clock c;
+    chime_pool *p = vpool(1, &c);
+    spread s = {.want = THREADS};
+    pthread_mutex_init(&s.mu, NULL);
+    t_latch_init(&s.first, 1);
+    for (int i = 0; i < TASKS; i++)
+        cr_assert_eq(chime_pool_schedule(p, spread_fn, &s, CHIME_SEC, NULL),
+                     0);
+    t_clock_advance(&c, p, CHIME_SEC);
+    cr_assert(t_latch_wait(&s.first, T_LONG_NS), "no task ran");
+    cr_assert_eq(chime_pool_set_threads(p, THREADS), 0);
+    bool spread_out = T_WAIT_UNTIL(spread_distinct(&s) >= THREADS, T_UPPER_NS);
+    atomic_store(&s.give_up, true); /* a failure must not hold the pool */
+    cr_assert(T_WAIT_UNTIL(stats_of(p).completed == TASKS, T_LONG_NS),
+              "the tasks did not all run");
+    cr_assert(spread_out,
+              "set_threads(%d): only %d thread(s) ran the %d due tasks",
+              THREADS, spread_distinct(&s), TASKS);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    t_latch_destroy(&s.first);
+    pthread_mutex_destroy(&s.mu);
+}

@@ -875,6 +875,42 @@ Test(dq, the_fd_is_readable_while_the_head_has_expired)
     destroy_ok(dq);
 }
 
+/* INT64_MIN is a deadline like any other (issue 35): the timerfd arms for
+ * it, whether the queue was empty, the fd opened after it was queued, or
+ * another deadline was armed before; and disarms when it leaves an empty
+ * queue (the queue once used INT64_MIN to mean "disarmed"). */
+Test(dq, the_fd_is_readable_for_a_deadline_of_int64_min)
+{
+    chime_dq *dq = dq_real();
+    int fd = chime_dq_fd(dq);
+    cr_assert_geq(fd, 0);
+    item it[2];
+    items_init(it, 2);
+    /* an empty queue */
+    cr_assert_eq(chime_dq_offer_at(dq, &it[0].node, INT64_MIN), 0);
+    cr_assert(fd_readable_within(fd, 0), "quiet with an INT64_MIN head");
+    cr_assert_eq(poll_id(dq), 0);
+    cr_assert_not(fd_readable_within(fd, 0), "readable once empty");
+    /* after a far head was armed, then alone, then gone */
+    cr_assert_eq(chime_dq_offer(dq, &it[1].node, T_FAR_NS), 0);
+    cr_assert_eq(chime_dq_offer_at(dq, &it[0].node, INT64_MIN), 0);
+    cr_assert(fd_readable_within(fd, 0), "quiet with an INT64_MIN head");
+    cr_assert_eq(chime_dq_remove(dq, &it[1].node), 0);
+    cr_assert(fd_readable_within(fd, 0));
+    cr_assert_eq(poll_id(dq), 0);
+    cr_assert_not(fd_readable_within(fd, 0), "readable once empty");
+    destroy_ok(dq);
+    /* the fd opened while an INT64_MIN head is queued */
+    dq = dq_real();
+    cr_assert_eq(chime_dq_offer_at(dq, &it[0].node, INT64_MIN), 0);
+    fd = chime_dq_fd(dq);
+    cr_assert_geq(fd, 0);
+    cr_assert(fd_readable_within(fd, 0), "a new fd quiet for INT64_MIN");
+    cr_assert_eq(poll_id(dq), 0);
+    cr_assert_not(fd_readable_within(fd, 0));
+    destroy_ok(dq);
+}
+
 /* Custom clock: an eventfd, updated by every call and by clock_changed. */
 Test(dq, the_fd_follows_the_custom_clock)
 {

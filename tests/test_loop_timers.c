@@ -12,6 +12,8 @@
 
 #include "support.h"
 
+#include "chime/cron.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -159,6 +161,149 @@ Test(timers, touch_refuses_what_it_cannot_do)
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&n), 0);
+}
+
+/* A wall-clock or calendar loop task keeps its time on the calendar: a
+ * touch would move its next run by activity instead (issue 35). */
+Test(timers, touch_refuses_wall_clock_and_calendar_loop_tasks)
+{
+    const int64_t w0 = INT64_C(1700000000) * CHIME_SEC;
+    t_clock clk, wall;
+    atomic_store(&wall.now, w0);
+    chime_pool_options o = t_options(1);
+    o.wall_clock = t_clock_now;
+    o.wall_clock_ctx = &wall;
+    chime_pool *p = vpool_opts(&o, &clk, T_START_NS);
+    chime_loop *l = loop_here(p, 0);
+    atomic_int n = 0;
+    chime_task *w = NULL, *c = NULL;
+    cr_assert_eq(chime_loop_schedule_wall(l, t_count_fn, &n,
+                                          w0 + 60 * CHIME_SEC, &w),
+                 0);
+    chime_cron cron;
+    chime_cron_error e = {0, NULL};
+    cr_assert_eq(chime_cron_parse(&cron, "0 * * * *", &e), 0);
+    cr_assert_eq(chime_loop_schedule_cron(l, t_count_fn, &n, &cron,
+                                          chime_tz_utc(), &c),
+                 0);
+    int64_t w_at = 0, c_at = 0, at = 0;
+    cr_assert_eq(chime_task_wall_deadline(w, &w_at), 0);
+    cr_assert_eq(chime_task_wall_deadline(c, &c_at), 0);
+    atomic_fetch_add(&wall.now, 30 * CHIME_SEC);
+    t_clock_advance(&clk, p, 30 * CHIME_SEC);
+    cr_assert_eq(chime_task_touch(w), -ENOTSUP);
+    cr_assert_eq(chime_task_touch_at(w, chime_pool_now(p)), -ENOTSUP);
+    cr_assert_eq(chime_task_touch(c), -ENOTSUP);
+    cr_assert_eq(chime_task_touch_at(c, chime_pool_now(p)), -ENOTSUP);
+    cr_assert_eq(chime_task_remaining(w), 30 * CHIME_SEC,
+                 "a refused touch moved the wall-clock task");
+    cr_assert_eq(chime_task_wall_deadline(w, &at), 0);
+    cr_assert_eq(at, w_at);
+    cr_assert_eq(chime_task_wall_deadline(c, &at), 0);
+    cr_assert_eq(at, c_at);
+    T_RELEASE(w, c);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+    cr_assert_eq(atomic_load(&n), 0);
+}
+
+/* A's callback touches B, due at the same time and taken into the same
+ * dispatch batch, and itself: neither run can be delayed any more. */
+typedef struct late_touch {
+    _Atomic(chime_task *) other;
+    atomic_int rc_other, rc_self;
+    atomic_int runs;
+} late_touch;
+
+static int
+late_touch_fn(chime_task *self, void *arg, void **result)
+{
+    (void)result;
+    late_touch *lt = arg;
+    atomic_fetch_add(&lt->runs, 1);
+    chime_task *other = atomic_load(&lt->other);
+    if (other != NULL) {
+        atomic_store(&lt->rc_other, chime_task_touch(other));
+        atomic_store(&lt->rc_self, chime_task_touch(self));
+    }
+    return 0;
+}
+
+Test(timers, touch_of_a_timer_already_taken_to_run_is_ebusy)
+{
+    t_clock clk;
+    chime_pool *p = vpool(1, &clk);
+    chime_loop *l = loop_here(p, 0);
+    late_touch a = {.rc_other = 1, .rc_self = 1}, b = {.rc_other = 1};
+    chime_task *ha = NULL, *hb = NULL;
+    cr_assert_eq(chime_loop_schedule(l, late_touch_fn, &a, 10 * MS, &ha), 0);
+    cr_assert_eq(chime_loop_schedule(l, late_touch_fn, &b, 10 * MS, &hb), 0);
+    atomic_store(&a.other, hb);
+    t_clock_advance(&clk, p, 10 * MS);
+    cr_assert(T_WAIT_UNTIL(readable(l), T_LONG_NS));
+    cr_assert_eq(chime_loop_dispatch(l), 2);
+    cr_assert_eq(atomic_load(&a.rc_other), -EBUSY,
+                 "a touch of a timer taken to run returned %d",
+                 atomic_load(&a.rc_other));
+    cr_assert_eq(atomic_load(&a.rc_self), -EBUSY,
+                 "a touch of a timer in its last run returned %d",
+                 atomic_load(&a.rc_self));
+    cr_assert_eq(atomic_load(&b.runs), 1);
+    cr_assert_eq(chime_task_wait(ha, 0, NULL), 0);
+    cr_assert_eq(chime_task_wait(hb, 0, NULL), 0);
+    cr_assert_eq(chime_task_touch(hb), -EALREADY);
+    T_RELEASE(ha, hb);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
+}
+
+/* A running timer that re-armed itself runs again: a touch after the
+ * re-arm moves that next run, the timeout kept whole. */
+typedef struct rearm_touch {
+    t_clock *clk;
+    atomic_int runs;
+    atomic_int rc_rearm, rc_touch;
+} rearm_touch;
+
+static int
+rearm_touch_fn(chime_task *self, void *arg, void **result)
+{
+    (void)result;
+    rearm_touch *rt = arg;
+    if (atomic_fetch_add(&rt->runs, 1) == 0) {
+        atomic_store(&rt->rc_rearm, chime_task_rearm(self, 100 * MS));
+        /* 30 ms of activity later, still inside the run */
+        atomic_fetch_add(&rt->clk->now, 30 * MS);
+        atomic_store(&rt->rc_touch, chime_task_touch(self));
+    }
+    return 0;
+}
+
+Test(timers, touch_after_a_rearm_in_the_run_moves_the_next_run)
+{
+    t_clock clk;
+    chime_pool *p = vpool(1, &clk);
+    chime_loop *l = loop_here(p, 0);
+    rearm_touch rt = {.clk = &clk, .rc_rearm = 1, .rc_touch = 1};
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule(l, rearm_touch_fn, &rt, 10 * MS, &h), 0);
+    t_clock_advance(&clk, p, 10 * MS);
+    cr_assert(T_WAIT_UNTIL(readable(l), T_LONG_NS));
+    cr_assert_eq(chime_loop_dispatch(l), 1);
+    cr_assert_eq(atomic_load(&rt.rc_rearm), 0);
+    cr_assert_eq(atomic_load(&rt.rc_touch), 0);
+    cr_assert_eq(chime_task_get_state(h), CHIME_TASK_PENDING);
+    cr_assert_eq(chime_task_remaining(h), 100 * MS,
+                 "due %lld ms after the touch, not 100",
+                 (long long)(chime_task_remaining(h) / MS));
+    t_clock_advance(&clk, p, 100 * MS - 1);
+    cr_assert_eq(chime_loop_dispatch(l), 0);
+    t_clock_advance(&clk, p, 1);
+    cr_assert(DISPATCH_UNTIL(l, atomic_load(&rt.runs) == 2, T_LONG_NS));
+    cr_assert_eq(chime_task_wait(h, 0, NULL), 0);
+    chime_task_release(h);
+    cr_assert_eq(chime_loop_close(l), 0);
+    cr_assert_eq(chime_pool_destroy(p), 0);
 }
 
 Test(timers, rearm_of_a_queued_loop_timer_later_then_earlier_is_exact)

@@ -144,8 +144,8 @@ typedef struct chime_task chime_task;
  * @brief Names a code returned by any chime function.
  *
  * The texts name chime's causes where a code has one: -EBUSY from
- * chime_pool_destroy() (a loop binding is still open) and from the loop
- * calls; -ESHUTDOWN from a closed binding or a shut-down pool; -EALREADY
+ * chime_pool_destroy() (a loop binding is still open), from the loop
+ * calls and from chime_task_touch() (too late); -ESHUTDOWN from a closed binding or a shut-down pool; -EALREADY
  * from a second close or a task already completed.
  * @param err 0, a negative errno, CHIME_EFAILED or CHIME_EREJECTED.
  * @return A static, never-NULL string; "unknown error" for a code no chime
@@ -601,7 +601,9 @@ CHIME_EXPORT int chime_pool_prestart_all(chime_pool *pool);
 /**
  * @brief Changes the core thread count.
  *
- * Surplus idle workers exit, missing ones start as tasks arrive.
+ * Surplus idle workers exit. Missing ones start at once for the tasks
+ * already waiting (queued, or due and not yet started: one worker per
+ * task, up to n), and later as tasks arrive.
  * @retval 0 Success.
  * @retval -EINVAL pool NULL or n > 65536.
  * @par Thread-safety:
@@ -1187,14 +1189,26 @@ CHIME_EXPORT int chime_task_rearm(chime_task *task, int64_t delay_ns);
  * IdleStateHandler, libev's lazy timer). Touch costs a clock read and a
  * store; use it for the per-request reset of an idle timeout. Use
  * chime_task_rearm() to change the timeout or to move a deadline earlier
- * (it takes the binding's lock). A touch that races with the expiry itself
- * may come too late for it, as with any timer; so may a touch from a
- * callback of the dispatch that already took the timer to run (a round of
- * up to 32 callbacks): use chime_task_rearm() there, which always wins.
- * @retval 0 Success.
+ * (it takes the binding's lock).
+ *
+ * A touch that comes once the timer has expired and its loop has taken it
+ * to run (a callback of the same dispatch round, up to 32 callbacks, that
+ * touches a timer due with it), or while its callback runs (its own
+ * callback included), cannot delay that run: it changes nothing and
+ * returns -EBUSY; use chime_task_rearm() there, which always wins. If the
+ * running callback has re-armed the task, the touch moves the deadline of
+ * that re-arm with the activity (its timeout kept; never earlier) and
+ * returns 0. A touch that races with the expiry itself (on another thread
+ * than the loop's, as the dispatch takes the timer) may come too late for
+ * it and still return 0, as with any timer.
+ * @retval 0 Success (the activity counts for the next run).
  * @retval -EALREADY The task has already completed.
+ * @retval -EBUSY Too late: the task's loop has taken it to run, or it is
+ * running, with no re-arm made in the run; nothing changed.
  * @retval -EINVAL NULL or a periodic task.
- * @retval -ENOTSUP A pool task: touch is for loop tasks.
+ * @retval -ENOTSUP A pool task (touch is for loop tasks), or a wall-clock
+ * or calendar loop task (chime_loop_schedule_wall(),
+ * chime_loop_schedule_cron(): its time is on the calendar; re-arm it).
  * @retval -ECHILD After fork.
  * @par Thread-safety:
  * Any thread.

@@ -57,10 +57,34 @@ extern "C" {
  * 3. uv_loop_close(): the loop may go once no chime handle is on it;
  * 4. chime_pool_destroy(): after every binding of the pool is closed (it
  *    returns -EBUSY otherwise).
+ *
+ * @par A teardown that walks the loop's handles
+ * The adapter's handle is a uv_poll_t on the loop; its `data` field is
+ * chime's (do not change it). A uv_walk() callback recognises it with
+ * chime_uv_from_handle() and should detach it instead of closing it:
+ * @code
+ * static void close_all(uv_handle_t *h, void *arg) {
+ *     chime_uv *cu = chime_uv_from_handle(h);
+ *     if (cu)
+ *         chime_uv_detach(cu);            // closes the binding too
+ *     else if (!uv_is_closing(h))
+ *         uv_close(h, NULL);
+ * }
+ * uv_walk(loop, close_all, NULL);
+ * uv_run(loop, UV_RUN_DEFAULT);           // the close callbacks run
+ * uv_loop_close(loop);
+ * chime_pool_destroy(pool);
+ * @endcode
+ * A walk that closes chime's handle like any other (uv_close() with a
+ * callback of its own, which must not free it) is survived too: call
+ * chime_uv_detach() afterwards all the same, which closes the binding and
+ * frees the adapter (see there). Only the binding's close makes
+ * chime_pool_destroy() succeed.
  * @{
  */
 
-struct uv_loop_s; /* uv_loop_t */
+struct uv_loop_s;   /* uv_loop_t */
+struct uv_handle_s; /* uv_handle_t */
 
 /** A binding attached to a libuv uv_loop_t. Opaque. */
 typedef struct chime_uv chime_uv;
@@ -127,7 +151,19 @@ CHIME_EXPORT int chime_uv_status(chime_uv *cu);
  * the loop's next iteration (run the loop once more before
  * uv_loop_close()). A binding already closed with chime_loop_close() is
  * fine. detach(NULL) is a no-op. May be called from one of the binding's
- * own callbacks and from any libuv callback.
+ * own callbacks and from any libuv callback. Call it once: cu is invalid
+ * afterwards.
+ *
+ * If the application has already closed the adapter's handle itself
+ * (uv_is_closing(); a uv_walk() teardown), detach touches the handle no
+ * more and closes the binding; the adapter is freed at once if that close
+ * has completed (uv_run() ran since), else once it completes: a uv_prepare_t
+ * of the adapter's watches for it and is closed then, so run the loop
+ * once more before uv_loop_close(), as above. In that case detach must not
+ * be called from inside a uv_walk() callback (the walk hides the handles
+ * it has not reached yet, and detach looks for its handle with
+ * uv_walk()): detach chime's handle from the walk instead, as the
+ * teardown example above does.
  * @param cu The adapter (NULL: nothing to do).
  * @retval 0 Success (or cu NULL).
  * @retval -EPERM chime_loop_close() refused: not the loop thread (then
@@ -138,6 +174,23 @@ CHIME_EXPORT int chime_uv_status(chime_uv *cu);
  * The loop thread, or any thread while the loop does not run.
  */
 CHIME_EXPORT int chime_uv_detach(chime_uv *cu);
+
+/**
+ * @brief Recognises the adapter's poll handle, e.g. in a uv_walk()
+ * callback.
+ *
+ * The handle's `data` field holds a value of chime's: the test compares
+ * pointers only and never reads the memory a foreign handle's `data`
+ * points to.
+ * @param handle Any handle (NULL: NULL).
+ * @return The adapter whose handle it is; NULL for any other handle, and
+ *         for chime's once it is closing (uv_is_closing(): detached, or
+ *         closed by the application), so that a second walk never
+ *         detaches an adapter twice.
+ * @par Thread-safety:
+ * The loop thread, or any thread while the loop does not run.
+ */
+CHIME_EXPORT chime_uv *chime_uv_from_handle(struct uv_handle_s *handle);
 
 /** @} */
 

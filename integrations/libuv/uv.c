@@ -30,6 +30,19 @@
  *   the loop's next iteration; it frees the adapter. So the adapter outlives
  *   a detach from inside its own dispatch, and on_ready may look at
  *   `detached` after the dispatch returns.
+ * - An application's own teardown (uv_walk() closing every handle not
+ *   closing yet) may close our handle with its callback instead of ours:
+ *   then on_close never runs, and libuv forbids stopping or closing the
+ *   handle again. Nothing of ours touches a closing handle (uv_is_closing)
+ *   and detach then frees the adapter itself: at once if the close has
+ *   completed (the handle has left the loop's handle queue, which
+ *   uv_walk() lists), else once it has, from a prepare handle of its own
+ *   (`reaper`) that looks at each loop iteration and whose close callback
+ *   frees the adapter. So the adapter is freed exactly once: by on_close,
+ *   by detach, or by the reaper's close callback.
+ * - handle->data holds chime_uv_tag (not the adapter: that is the
+ *   handle's container), so that chime_uv_from_handle() can tell our
+ *   handle from any other by a pointer comparison alone.
  */
 #include "chime/uv.h"
 
@@ -37,24 +50,42 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 /* Loop thread only (or any thread while the loop does not run). */
 struct chime_uv {
-    uv_poll_t poll;   /* poll.data = this; UV_READABLE on chime_loop_fd */
+    uv_poll_t poll;   /* data = &chime_uv_tag; UV_READABLE on chime_loop_fd */
+    uv_prepare_t reaper; /* detach of a handle the application closed */
     chime_loop *loop; /* owned; closed by detach */
     int stopped;      /* 0 while watching; else why we stopped */
     bool in_dispatch; /* on_ready's dispatch is running */
     bool paused;      /* stopped by a recursive run: start again after it */
-    bool detached;    /* uv_close() called: on_close frees us */
+    bool detached;    /* detach is done: whoever frees us is decided */
 };
+
+/* What our poll handle's data points to (chime_uv_from_handle). */
+static const char chime_uv_tag;
+
+static chime_uv *
+of_poll(uv_poll_t *handle)
+{
+    return (chime_uv *)((char *)handle - offsetof(chime_uv, poll));
+}
+
+static bool
+closing(chime_uv *cu)
+{
+    return uv_is_closing((uv_handle_t *)&cu->poll) != 0;
+}
 
 static void on_ready(uv_poll_t *handle, int status, int events);
 
 static void
 stop(chime_uv *cu, int why)
 {
-    uv_poll_stop(&cu->poll);
+    if (!closing(cu))
+        uv_poll_stop(&cu->poll);
     cu->stopped = why;
 }
 
@@ -62,7 +93,7 @@ stop(chime_uv *cu, int why)
 static void
 on_ready(uv_poll_t *handle, int status, int events)
 {
-    chime_uv *cu = handle->data;
+    chime_uv *cu = of_poll(handle);
     (void)events;
 
     if (status < 0) {
@@ -80,6 +111,8 @@ on_ready(uv_poll_t *handle, int status, int events)
     cu->in_dispatch = false;
     if (cu->detached)
         return; /* detached by a callback: cu lives until on_close */
+    if (closing(cu))
+        return; /* closed by the application: libuv polls it no more */
     if (rc < 0) {
         stop(cu, rc);
     } else if (rc > 0 && chime_loop_fd(cu->loop) < 0) {
@@ -95,7 +128,48 @@ on_ready(uv_poll_t *handle, int status, int events)
 static void
 on_close(uv_handle_t *handle)
 {
-    free(handle->data);
+    free(of_poll((uv_poll_t *)handle));
+}
+
+static void
+reaper_closed(uv_handle_t *handle)
+{
+    free((chime_uv *)((char *)handle - offsetof(chime_uv, reaper)));
+}
+
+/* Is handle still on its loop (a close not completed yet)? */
+struct find {
+    const uv_handle_t *handle;
+    bool found;
+};
+
+static void
+find_cb(uv_handle_t *h, void *arg)
+{
+    struct find *f = arg;
+    if (h == f->handle)
+        f->found = true;
+}
+
+static bool
+on_loop(uv_handle_t *handle)
+{
+    struct find f = {handle, false};
+    uv_walk(handle->loop, find_cb, &f);
+    return f.found;
+}
+
+/* Runs on: the loop thread, at each iteration until the application's
+ * close of our poll handle has completed; then frees the adapter through
+ * its own close. */
+static void
+reap(uv_prepare_t *reaper)
+{
+    chime_uv *cu = (chime_uv *)((char *)reaper - offsetof(chime_uv, reaper));
+    if (on_loop((uv_handle_t *)&cu->poll))
+        return;
+    uv_prepare_stop(reaper);
+    uv_close((uv_handle_t *)reaper, reaper_closed);
 }
 
 int
@@ -125,7 +199,7 @@ chime_uv_attach(chime_pool *pool, struct uv_loop_s *uvloop,
         free(cu);
         return rc;
     }
-    cu->poll.data = cu;
+    cu->poll.data = (void *)&chime_uv_tag;
     /* Cannot fail: the handle is new and the events are valid. */
     uv_poll_start(&cu->poll, UV_READABLE, on_ready);
     *out = cu;
@@ -144,11 +218,45 @@ chime_uv_status(chime_uv *cu)
     return cu ? cu->stopped : -EINVAL;
 }
 
+chime_uv *
+chime_uv_from_handle(struct uv_handle_s *handle)
+{
+    /* Not once closing: a detached adapter is detached once only. */
+    if (!handle || handle->type != UV_POLL ||
+        handle->data != &chime_uv_tag || uv_is_closing(handle))
+        return NULL;
+    return of_poll((uv_poll_t *)handle);
+}
+
+/* Detach of an adapter whose poll handle the application closed (its
+ * close callback, not ours): libuv stopped polling at that close, so the
+ * fd is watched no more. */
+static int
+detach_closed(chime_uv *cu)
+{
+    int rc = chime_loop_close(cu->loop);
+    if (rc != 0 && rc != -EALREADY)
+        return rc; /* -EPERM or -ECHILD: nothing done */
+    cu->detached = true;
+    if (!on_loop((uv_handle_t *)&cu->poll)) {
+        free(cu); /* the close completed: libuv holds nothing of ours */
+        return 0;
+    }
+    /* The close is pending: libuv frees nothing, but still holds the
+     * handle until it completes at the end of a loop iteration. Cannot
+     * fail: a new handle on a live loop, a valid callback. */
+    uv_prepare_init(cu->poll.loop, &cu->reaper);
+    uv_prepare_start(&cu->reaper, reap);
+    return 0;
+}
+
 int
 chime_uv_detach(chime_uv *cu)
 {
     if (!cu)
         return 0;
+    if (closing(cu))
+        return detach_closed(cu);
     /* Stop polling first (see the design notes). */
     bool was_active = uv_is_active((uv_handle_t *)&cu->poll);
     uv_poll_stop(&cu->poll);

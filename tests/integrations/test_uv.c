@@ -497,6 +497,84 @@ Test(uv, detach_while_the_loop_does_not_run_cancels_pending_tasks)
     t_release_all(h, 2);
 }
 
+/* ---- the application's uv_walk() teardown (issue 35) ------------------ */
+
+/* The usual teardown: close every handle not already closing. */
+static void
+close_every_handle(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+/* The walk closed chime's handle too (the watchdog with it) and its close
+ * completed; detach afterwards closes the binding and frees the adapter
+ * at once, touching no libuv handle; the loop and the pool then close. */
+Test(uv, detach_after_a_walk_closed_every_handle)
+{
+    rig r;
+    rig_init(&r, 1, 0);
+    atomic_int n = 0;
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule(r.loop, t_count_fn, &n, T_FAR_NS, &h), 0);
+    uv_walk(&r.uvl, close_every_handle, NULL);
+    cr_assert_eq(uv_run(&r.uvl, UV_RUN_DEFAULT), 0);
+    cr_assert_eq(chime_uv_detach(r.cu), 0);
+    r.cu = NULL;
+    cr_assert_eq(uv_loop_close(&r.uvl), 0, "a handle is left on the loop");
+    cr_assert_eq(chime_pool_destroy(r.pool), 0);
+    cr_assert_eq(chime_task_wait(h, 0, NULL), -ECANCELED);
+    cr_assert_eq(atomic_load(&n), 0);
+    chime_task_release(h);
+}
+
+/* The same with detach between the walk and the uv_run that completes
+ * the closes: the adapter must outlive the pending close. */
+Test(uv, detach_after_a_walk_closed_every_handle_before_the_closes_ran)
+{
+    rig r;
+    rig_init(&r, 1, 0);
+    uv_walk(&r.uvl, close_every_handle, NULL);
+    cr_assert_eq(chime_uv_detach(r.cu), 0);
+    r.cu = NULL;
+    cr_assert_eq(uv_run(&r.uvl, UV_RUN_DEFAULT), 0);
+    cr_assert_eq(uv_loop_close(&r.uvl), 0, "a handle is left on the loop");
+    cr_assert_eq(chime_pool_destroy(r.pool), 0);
+}
+
+/* A walk that recognises chime's handle detaches it instead of closing
+ * it (uv.h, chime_uv_from_handle). */
+static void
+close_or_detach(uv_handle_t *h, void *arg)
+{
+    int *detached = arg;
+    chime_uv *cu = chime_uv_from_handle(h);
+    if (cu != NULL) {
+        cr_assert_eq(chime_uv_detach(cu), 0);
+        (*detached)++;
+    } else if (!uv_is_closing(h)) {
+        uv_close(h, NULL);
+    }
+}
+
+Test(uv, a_walk_recognises_chimes_handle_and_detaches_it)
+{
+    rig r;
+    rig_init(&r, 1, 0);
+    cr_assert_eq(chime_uv_from_handle((uv_handle_t *)&r.watchdog), NULL);
+    cr_assert_eq(chime_uv_from_handle(NULL), NULL);
+    int detached = 0;
+    uv_walk(&r.uvl, close_or_detach, &detached);
+    cr_assert_eq(detached, 1);
+    r.cu = NULL;
+    uv_walk(&r.uvl, close_or_detach, &detached); /* twice: no-op */
+    cr_assert_eq(detached, 1);
+    cr_assert_eq(uv_run(&r.uvl, UV_RUN_DEFAULT), 0);
+    cr_assert_eq(uv_loop_close(&r.uvl), 0, "a handle is left on the loop");
+    cr_assert_eq(chime_pool_destroy(r.pool), 0);
+}
+
 Test(uv, null_arguments)
 {
     chime_pool *p = pool_with(1);
