@@ -202,6 +202,9 @@ struct chime_pool {
     void *clock_ctx;
     chime_log_fn log;          /* immutable: options.log */
     void *log_ctx;
+    /* chime_pool_set_log_failed_periodic (default true): read without the
+     * lock where a callback returned (context.c). */
+    _Atomic bool log_failed_periodic;
     uint64_t jitter_seed;      /* immutable: chime_task_set_jitter's seed */
     _Atomic uint64_t jitter_calls; /* set_jitter calls so far (each task's
                                       generator is seeded from both) */

@@ -654,15 +654,8 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
         return;
     }
     if (rc != 0) {
-        if (chime__task_kind(t) != CHIME_KIND_ONESHOT && p->log != NULL) {
-            struct chime_annot_view v;
-            chime__annot_read(t, &v);
-            chime__log(p, CHIME_LOG_WARNING,
-                       "pool %s: periodic task %p%s%s%s stopped: its "
-                       "callback returned %d",
-                       p->name, (void *)t, v.label[0] ? " \"" : "", v.label,
-                       v.label[0] ? "\"" : "", rc);
-        }
+        /* A periodic task: its failure was logged where the callback
+         * returned, without the lock (chime__invoke). */
         chime__complete_locked(p, t, CHIME_TASK_FAILED, rc);
         chime__drop_locked(t, garbage);
         return;
