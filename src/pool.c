@@ -67,7 +67,7 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
         return -rc;
     }
     pthread_cond_t *cvs[] = {&p->leader_cv, &p->follower_cv, &p->done_cv,
-                             &p->term_cv};
+                             &p->term_cv, &p->settle_cv};
     for (size_t i = 0; i < sizeof(cvs) / sizeof(cvs[0]); i++) {
         rc = chime__cond_init(cvs[i]);
         if (rc) {

@@ -152,6 +152,9 @@ Test(badinput, null_pool_arguments)
     BAD("chime_pool_timer_slack", "pool NULL", chime_pool_timer_slack(NULL), 0);
     BAD("chime_pool_clock_changed", "pool NULL", chime_pool_clock_changed(NULL),
         -EINVAL);
+    BAD("chime_pool_settle", "pool NULL", chime_pool_settle(NULL, 0), -EINVAL);
+    BAD("chime_pool_settle", "pool NULL, no timeout",
+        chime_pool_settle(NULL, CHIME_FOREVER), -EINVAL);
     BAD("chime_pool_set_log_failed_periodic", "pool NULL",
         chime_pool_set_log_failed_periodic(NULL, false), -EINVAL);
     BAD("chime_pool_log_failed_periodic", "pool NULL",
@@ -1193,6 +1196,7 @@ typedef struct inherited {
       chime_pool_set_remove_on_cancel(in->p, true))                            \
     X(chime_pool_set_timer_slack, c, chime_pool_set_timer_slack(in->p, 0))     \
     X(chime_pool_clock_changed, c, chime_pool_clock_changed(in->p))            \
+    X(chime_pool_settle, c, chime_pool_settle(in->p, 0))                        \
     X(chime_pool_set_log_failed_periodic, c,                                   \
       chime_pool_set_log_failed_periodic(in->p, false))                        \
     X(chime_pool_schedule, c,                                                  \

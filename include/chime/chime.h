@@ -692,6 +692,52 @@ CHIME_EXPORT int64_t chime_pool_timer_slack(chime_pool *p);
 CHIME_EXPORT int chime_pool_clock_changed(chime_pool *pool);
 
 /**
+ * @brief Tells the pool that its clock moved and waits until it has run
+ * everything that is due: tests and simulations on a custom clock.
+ *
+ * Move your clock (chime_pool_options.clock), then call this where you
+ * would call chime_pool_clock_changed() and sleep or poll for the effect
+ * (what Tokio's paused-clock `advance` does). It first does what
+ * chime_pool_clock_changed() does, then waits until, at one moment, no
+ * pool task due at the pool's time is left queued and every worker waits
+ * for work. Then every callback that was due has returned and its task is
+ * settled (a periodic task queued again for its next run, a one-shot
+ * completed and its waiters woken), and so have the tasks that those
+ * callbacks submitted or re-armed and that are due as well: a chain of
+ * tasks scheduled with delay 0 runs to its end.
+ *
+ * Loop tasks are not waited for: only their loop thread runs them, at a
+ * dispatch. This call makes every binding with a due task readable (as
+ * chime_pool_clock_changed() does); dispatch it on its loop thread
+ * afterwards (chime_loop_dispatch()). A pool task that blocks waiting for
+ * a loop task keeps the pool unsettled until it returns.
+ *
+ * With a clock that moves by itself (the default CLOCK_MONOTONIC, or a
+ * custom one moved by another thread meanwhile), tasks keep coming due:
+ * it returns at the first moment it finds nothing due and no worker busy,
+ * which a short-period task may keep from happening until the timeout.
+ * Callbacks run by submitting threads (CHIME_REJECT_CALLER_RUNS) are not
+ * waited for.
+ * @param pool The pool.
+ * @param timeout_ns Real time (CLOCK_MONOTONIC) to wait at most; < 0
+ * (CHIME_FOREVER) waits forever, 0 only looks.
+ * @retval 0 Settled (also for a pool shut down or terminated with nothing
+ * left to run).
+ * @retval -ETIMEDOUT Not settled in time: a callback still runs (blocked,
+ * say, on a latch the test has not opened), or due tasks are still queued
+ * (more came due, or no worker could be started).
+ * @retval -EINVAL pool NULL.
+ * @retval -EDEADLK Called from one of this pool's worker threads, or from
+ * any of its callbacks and hooks on any thread (task callbacks, loop
+ * callbacks and caller-run ones included, whatever the timeout: a task's
+ * callback would wait for itself): nothing is done.
+ * @retval -ECHILD In a forked child: nothing is done.
+ * @par Thread-safety:
+ * Any thread but those; several threads may settle the same pool at once.
+ */
+CHIME_EXPORT int chime_pool_settle(chime_pool *pool, int64_t timeout_ns);
+
+/**
  * @brief Whether a periodic task stopped by a failing run is logged
  * (default: on).
  *
