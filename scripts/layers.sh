@@ -13,7 +13,7 @@
 set -euo pipefail
 
 order=(lib clock annot tz cron arena heap dq slab ready context complete timers post inbox worker task submit cancel
-    shutdown pool loop wall group metrics dump)
+    shutdown pool settle loop wall group metrics dump)
 
 dir=${1:?usage: scripts/layers.sh <objects directory>}
 declare -A rank def

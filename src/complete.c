@@ -48,6 +48,7 @@ pool_free_shell(struct chime_pool *p)
     pthread_cond_destroy(&p->follower_cv);
     pthread_cond_destroy(&p->done_cv);
     pthread_cond_destroy(&p->term_cv);
+    pthread_cond_destroy(&p->settle_cv);
     chime__free(p);
 }
 

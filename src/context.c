@@ -9,6 +9,11 @@
  *   the pool under, the caller itself (-EDEADLK).
  * - chime__invoke() is the one sequence "before_run, callback, after_run,
  *   on_error" that a worker, a loop dispatch and CALLER_RUNS all use.
+ *   It also says when a periodic task's run failed (which stops the task
+ *   for good): one line, to options.log or else to stderr, written there
+ *   with no chime lock held (a slow stderr holds up no other thread) and
+ *   before the outcome is published (a waiter that sees the task failed
+ *   finds the line written).
  * - Fork: a pthread_atfork child handler bumps a generation; every pool and
  *   binding remembers the one it was made in, so calls on an inherited one
  *   are refused (-ECHILD) before they touch a lock that may be held by a
@@ -17,10 +22,12 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "annot.h"
 #include "pool.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local struct chime_pool *tls_worker_pool;
 static _Thread_local struct chime_task *tls_task;
@@ -82,6 +89,42 @@ chime__log(struct chime_pool *p, int level, const char *fmt, ...)
     p->log(p, level, msg, p->log_ctx);
 }
 
+/* A periodic task's callback returned rc != 0: the task stops for good
+ * (chime.h, chime_pool_set_log_failed_periodic). No chime lock held. */
+static void
+log_failed_periodic(struct chime_pool *p, struct chime_task *t, int rc)
+{
+    if (!atomic_load_explicit(&p->log_failed_periodic, memory_order_relaxed))
+        return;
+    /* Cancelled while it ran (or by itself): stopped by the cancel, whose
+     * outcome is already published, not by this failure. */
+    if (chime__state_is_final(chime__task_state(t)))
+        return;
+    struct chime_annot_view v;
+    chime__annot_read(t, &v);
+    char label[sizeof(v.label) + 2];
+    if (v.label[0] != '\0')
+        snprintf(label, sizeof(label), "\"%s\"", v.label);
+    else
+        snprintf(label, sizeof(label), "(no label)");
+    /* Negative errno values, the recommended causes, by name too. */
+    char name[96] = "";
+    if (rc < 0 && rc > -4096) {
+        char buf[80];
+        snprintf(name, sizeof(name), " (%s)", strerror_r(-rc, buf, sizeof(buf)));
+    }
+    char msg[256];
+    snprintf(msg, sizeof(msg),
+             "pool %s: periodic %stask %p %s stopped: its callback returned "
+             "%d%s",
+             p->name, chime__task_loop(t) != NULL ? "loop " : "", (void *)t,
+             label, rc, name);
+    if (p->log != NULL)
+        p->log(p, CHIME_LOG_WARNING, msg, p->log_ctx);
+    else
+        fprintf(stderr, "chime: %s\n", msg);
+}
+
 int
 chime__invoke(struct chime_pool *p, struct chime_task *t, void **result)
 {
@@ -99,6 +142,8 @@ chime__invoke(struct chime_pool *p, struct chime_task *t, void **result)
         p->on_error(p, t, rc, p->hook_ctx);
     tls_task = prev;
     chime__leave(&f);
+    if (rc != 0 && chime__task_kind(t) != CHIME_KIND_ONESHOT)
+        log_failed_periodic(p, t, rc);
     return rc;
 }
 

@@ -67,7 +67,7 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
         return -rc;
     }
     pthread_cond_t *cvs[] = {&p->leader_cv, &p->follower_cv, &p->done_cv,
-                             &p->term_cv};
+                             &p->term_cv, &p->settle_cv};
     for (size_t i = 0; i < sizeof(cvs) / sizeof(cvs[0]); i++) {
         rc = chime__cond_init(cvs[i]);
         if (rc) {
@@ -105,6 +105,7 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
                                                    : CLOCK_MONOTONIC;
     p->log = opts->log;
     p->log_ctx = opts->log_ctx;
+    p->log_failed_periodic = true;
     p->jitter_seed = opts->jitter_seed;
     if (p->jitter_seed == 0) {
         /* Different pools (and processes) spread differently. */
@@ -129,6 +130,7 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     CHIME_HB_ATOMIC(&p->execute_delayed);
     CHIME_HB_ATOMIC(&p->continue_periodic);
     CHIME_HB_ATOMIC(&p->remove_on_cancel);
+    CHIME_HB_ATOMIC(&p->log_failed_periodic);
     /* The due rings and what workers read and write without the lock
      * (worker.c). */
     CHIME_HB_ATOMIC(&p->due); /* the rings, heads and tails included */
@@ -344,6 +346,26 @@ bool
 chime_pool_remove_on_cancel(chime_pool *p)
 {
     return get_policy(p, p ? &p->remove_on_cancel : NULL);
+}
+
+int
+chime_pool_set_log_failed_periodic(chime_pool *p, bool on)
+{
+    if (p == NULL)
+        return -EINVAL;
+    if (CHIME_FORKED(p))
+        return -ECHILD;
+    atomic_store_explicit(&p->log_failed_periodic, on, memory_order_relaxed);
+    return 0;
+}
+
+bool
+chime_pool_log_failed_periodic(chime_pool *p)
+{
+    if (p == NULL || CHIME_FORKED(p))
+        return false;
+    return atomic_load_explicit(&p->log_failed_periodic,
+                                memory_order_relaxed);
 }
 
 int

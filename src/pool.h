@@ -4,6 +4,7 @@
  * Files of the pool layer, each calling only the ones listed after it (and
  * the layers below: ready.c, slab.c, heap.c, clock.c); the binding (loop.c)
  * calls into them from above. scripts/layers.sh checks this order:
+ *   settle.c    chime_pool_settle: waiting until what is due has run
  *   pool.c      creation, settings, queue inspection, stats
  *   shutdown.c  shutdown, shutdown_now, termination wait, destroy
  *   cancel.c    cancel and re-arm: the queued/ready/batched state machine
@@ -114,6 +115,8 @@ struct chime_pool {
     pthread_cond_t follower_cv; /* idle workers and followers (untimed) */
     pthread_cond_t done_cv;     /* task completion: wait() and sleep() */
     pthread_cond_t term_cv;     /* reaching TERMINATED */
+    pthread_cond_t settle_cv;   /* chime_pool_settle: a worker waits or
+                                   leaves (settle.c) */
 
     /* Everything below is guarded by mu unless marked otherwise. */
     chime_heap heap;
@@ -163,6 +166,7 @@ struct chime_pool {
     unsigned nexiting;  /* workers that decided to exit, still running
                            their stop hook */
     unsigned nlive;     /* worker threads running worker_main now */
+    unsigned settlers;  /* threads in chime_pool_settle (settle.c) */
     unsigned next_index;
     /* Threads in chime_task_wait/chime_task_sleep: changed under mu, read
      * without it by a worker's lock-free completion (seq_cst both ways). */
@@ -202,6 +206,9 @@ struct chime_pool {
     void *clock_ctx;
     chime_log_fn log;          /* immutable: options.log */
     void *log_ctx;
+    /* chime_pool_set_log_failed_periodic (default true): read without the
+     * lock where a callback returned (context.c). */
+    _Atomic bool log_failed_periodic;
     uint64_t jitter_seed;      /* immutable: chime_task_set_jitter's seed */
     _Atomic uint64_t jitter_calls; /* set_jitter calls so far (each task's
                                       generator is seeded from both) */
@@ -262,6 +269,17 @@ struct chime_pool {
     void *ibase; /* the buffers' allocation */
     char ipad2_[64];
 };
+
+/* A worker is about to wait (it found nothing due to take) or gave up its
+ * slot in nthreads: chime_pool_settle's waiters look again (settle.c).
+ * pool->mu held. */
+static inline void
+chime__settle_wake_locked(struct chime_pool *p)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    if (p->settlers != 0)
+        pthread_cond_broadcast(&p->settle_cv);
+}
 
 /* The next sequence number (see next_seq). */
 static inline uint32_t

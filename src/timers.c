@@ -338,16 +338,7 @@ chime__loop_settle_locked(struct chime_loop *l, struct chime_task *t, int rc,
         return;
     }
     if (rc != 0) {
-        if (chime__task_kind(t) != CHIME_KIND_ONESHOT &&
-            l->pool->log != NULL) {
-            struct chime_annot_view v;
-            chime__annot_read(t, &v);
-            chime__log(l->pool, CHIME_LOG_WARNING,
-                       "pool %s: periodic loop task %p%s%s%s stopped: its "
-                       "callback returned %d",
-                       l->pool->name, (void *)t, v.label[0] ? " \"" : "",
-                       v.label, v.label[0] ? "\"" : "", rc);
-        }
+        /* Logged by chime__invoke, without the lock. */
         chime__loop_complete_locked(l, t, CHIME_TASK_FAILED, rc);
         chime__loop_drop_locked(l, t, garbage);
         return;

@@ -21,6 +21,12 @@
  *   destroy) joins them all without keeping a list of dead threads.
  * - Lock: pool->mu around everything but the callback, the hooks, the
  *   thread factory and the freeing of dropped tasks.
+ * - A worker waits (leader or follower) only after it found nothing due to
+ *   take: its claimed tasks settled, its ring and the others' empty, the
+ *   heap's head not due. So "every worker in nthreads waits" with nothing
+ *   due queued means the pool has run what is due; chime_pool_settle
+ *   (settle.c) waits for that, woken on settle_cv by each worker about to
+ *   wait or leaving.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -536,6 +542,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
             /* Custom clock: time moves only when we are told, so the
              * leader's wait is untimed (and counted as such). */
             p->st.idle_waiters++;
+            chime__settle_wake_locked(p);
             pthread_cond_wait(&p->leader_cv, &p->mu);
             p->st.idle_waiters--;
         } else {
@@ -555,6 +562,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
             struct timespec ts = chime__abs_timespec(until);
             p->st.timed_waiters++;
             p->st.timed_waits++;
+            chime__settle_wake_locked(p);
             if (p->st.timed_waiters > p->st.max_timed_waiters)
                 p->st.max_timed_waiters = p->st.timed_waiters;
             pthread_cond_timedwait(&p->leader_cv, &p->mu, &ts);
@@ -576,6 +584,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
             continue;
         }
         p->st.idle_waiters++;
+        chime__settle_wake_locked(p);
         pthread_cond_wait(&p->follower_cv, &p->mu);
         p->st.idle_waiters--;
         now = INT64_MIN;
@@ -586,6 +595,7 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
         return true;
     }
     p->nthreads--;
+    chime__settle_wake_locked(p);
     chime__inbox_update_locked(p);
     if (chime__due_avail(w->ring) != 0) {
         /* Its ring's tasks are left to the others: they help with it
@@ -657,15 +667,8 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
         return;
     }
     if (rc != 0) {
-        if (chime__task_kind(t) != CHIME_KIND_ONESHOT && p->log != NULL) {
-            struct chime_annot_view v;
-            chime__annot_read(t, &v);
-            chime__log(p, CHIME_LOG_WARNING,
-                       "pool %s: periodic task %p%s%s%s stopped: its "
-                       "callback returned %d",
-                       p->name, (void *)t, v.label[0] ? " \"" : "", v.label,
-                       v.label[0] ? "\"" : "", rc);
-        }
+        /* A periodic task: its failure was logged where the callback
+         * returned, without the lock (chime__invoke). */
         chime__complete_locked(p, t, CHIME_TASK_FAILED, rc);
         chime__drop_locked(t, garbage);
         return;
@@ -986,6 +989,7 @@ chime__spawn(struct chime_pool *p)
     if (rc != 0) {
         chime__pool_lock(p);
         p->nthreads--;
+        chime__settle_wake_locked(p);
         chime__inbox_update_locked(p);
         chime__try_terminate_locked(p);
         pthread_mutex_unlock(&p->mu);

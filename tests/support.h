@@ -107,6 +107,16 @@ t_clock_advance(t_clock *c, chime_pool *pool, int64_t ns)
         chime_pool_clock_changed(pool);
 }
 
+/* Advances the clock and waits until the pool has run what is due at the
+ * new time (chime_pool_settle, T_LONG_NS at most): returns its result, 0
+ * once settled. No sleep: loop tasks still wait for a dispatch. */
+static inline int
+t_clock_settle(t_clock *c, chime_pool *pool, int64_t ns)
+{
+    atomic_fetch_add(&c->now, ns);
+    return chime_pool_settle(pool, T_LONG_NS);
+}
+
 /* Options for a pool on the manual clock starting at `start`. */
 static inline void
 t_clock_options(chime_pool_options *o, t_clock *c, int64_t start)

@@ -153,6 +153,13 @@ Test(badinput, null_pool_arguments)
     BAD("chime_pool_timer_slack", "pool NULL", chime_pool_timer_slack(NULL), 0);
     BAD("chime_pool_clock_changed", "pool NULL", chime_pool_clock_changed(NULL),
         -EINVAL);
+    BAD("chime_pool_settle", "pool NULL", chime_pool_settle(NULL, 0), -EINVAL);
+    BAD("chime_pool_settle", "pool NULL, no timeout",
+        chime_pool_settle(NULL, CHIME_FOREVER), -EINVAL);
+    BAD("chime_pool_set_log_failed_periodic", "pool NULL",
+        chime_pool_set_log_failed_periodic(NULL, false), -EINVAL);
+    BAD("chime_pool_log_failed_periodic", "pool NULL",
+        chime_pool_log_failed_periodic(NULL), false);
     BAD("chime_pool_now", "pool NULL", chime_pool_now(NULL), 0);
 
     BAD("chime_pool_schedule", "pool NULL",
@@ -229,6 +236,8 @@ Test(badinput, null_task_arguments)
     BADP("chime_task_arg", "task NULL", chime_task_arg(NULL), NULL);
     BADP("chime_task_retain", "task NULL", chime_task_retain(NULL), NULL);
     BAD("chime_task_release", "task NULL (no-op)", chime_task_release(NULL), 0);
+    BAD("chime_task_set_finalizer", "task NULL",
+        chime_task_set_finalizer(NULL, NULL), -EINVAL);
 }
 
 Test(badinput, null_loop_arguments)
@@ -396,6 +405,8 @@ Test(badinput, out_of_range_arguments)
         -EINVAL);
     BAD("chime_task_cancel", "flags ~0u", chime_task_cancel(per_h, ~0u),
         -EINVAL);
+    BAD("chime_task_cancel", "flag bit 4 with CHIME_CANCEL_WAIT",
+        chime_task_cancel(per_h, CHIME_CANCEL_WAIT | 4u), -EINVAL);
     cr_assert_eq(chime_task_get_state(per_h), CHIME_TASK_PENDING,
                  "a refused cancel acted");
     BAD("chime_task_wait", "timeout 0 on a pending task",
@@ -1022,6 +1033,7 @@ self_wait_fn(chime_task *self, void *arg, void **result)
     atomic_store(&pr->rc[3], chime_pool_await_termination(p, 0));
     atomic_store(&pr->rc[4], chime_pool_await_termination(p, CHIME_MSEC));
     atomic_store(&pr->rc[5], chime_pool_destroy(p));
+    atomic_store(&pr->rc[6], chime_task_cancel(self, CHIME_CANCEL_WAIT));
     t_latch_count_down(&pr->done);
     return 0;
 }
@@ -1054,7 +1066,10 @@ Test(badinput, a_task_that_would_wait_for_itself_gets_edeadlk)
         atomic_load(&pr.rc[4]), -ETIMEDOUT);
     BAD("chime_pool_destroy", "from a task of the pool", atomic_load(&pr.rc[5]),
         -EDEADLK);
-    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
+    BAD("chime_task_cancel", "CHIME_CANCEL_WAIT from its own callback",
+        atomic_load(&pr.rc[6]), -EDEADLK);
+    cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0,
+                 "a refused waiting cancel acted");
     cr_assert(!chime_pool_is_shutdown(p), "a refused destroy acted");
     cr_assert_eq(chime_task_release(h), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
@@ -1254,6 +1269,9 @@ typedef struct inherited {
       chime_pool_set_remove_on_cancel(in->p, true))                            \
     X(chime_pool_set_timer_slack, c, chime_pool_set_timer_slack(in->p, 0))     \
     X(chime_pool_clock_changed, c, chime_pool_clock_changed(in->p))            \
+    X(chime_pool_settle, c, chime_pool_settle(in->p, 0))                        \
+    X(chime_pool_set_log_failed_periodic, c,                                   \
+      chime_pool_set_log_failed_periodic(in->p, false))                        \
     X(chime_pool_schedule, c,                                                  \
       chime_pool_schedule(in->p, t_noop_fn, NULL, 0, &x))                      \
     X(chime_pool_schedule_at_fixed_rate, c,                                    \

@@ -50,8 +50,10 @@
  *   waiter sees that outcome; no task is left that nobody will ever
  *   complete.
  * - Periodic tasks: any non-zero return of the callback stops the task for
- *   good (it completes as failed and is never run again). Callbacks
- *   converted from code that returned `void` must return 0 on every path.
+ *   good (it completes as failed and is never run again), and one line
+ *   says so (to the pool's log callback, or else to stderr; see
+ *   chime_pool_set_log_failed_periodic()). Callbacks converted from code
+ *   that returned `void` must return 0 on every path.
  * - After fork(), a child must not use the pools and bindings it inherited
  *   (their locks may be held by threads that do not exist there): every
  *   call on them returns -ECHILD, predicates return false and counts 0.
@@ -186,9 +188,12 @@ CHIME_EXPORT int64_t chime_now_ns(void);
  *
  * @warning On a periodic task (fixed rate or fixed delay, on a pool or a
  * loop) any non-zero return stops the task for good: it completes as
- * failed and never runs again, with nothing else to tell you. When you
- * convert a callback that returned `void` (libevent's, libuv's timers), make
- * every path return 0, and return non-zero only to stop the task.
+ * failed and never runs again. One line says so, naming the task's label
+ * and the value returned: to options.log at CHIME_LOG_WARNING, or to
+ * stderr without one (chime_pool_set_log_failed_periodic() turns it off).
+ * When you convert a callback that returned `void` (libevent's, libuv's
+ * timers), make every path return 0, and return non-zero only to stop the
+ * task.
  *
  * @param self The task being run (borrowed: valid for the call; use it to
  * poll chime_task_interrupted(), or to cancel or re-arm the task).
@@ -369,7 +374,10 @@ CHIME_EXPORT int64_t chime_lateness_bucket_le(unsigned k);
 /**
  * @brief The library's own messages (chime_pool_options.log): a worker
  * thread that could not be started, a periodic task stopped by a failing
- * run, a step of the wall clock. Off by default.
+ * run, a step of the wall clock. Without a log callback they are not
+ * written anywhere, except the line about a periodic task stopped by a
+ * failing run, which goes to stderr (see
+ * chime_pool_set_log_failed_periodic()).
  * @param pool The pool.
  * @param level CHIME_LOG_WARNING or CHIME_LOG_INFO.
  * @param msg One line, NUL-terminated, without a newline; valid during
@@ -440,7 +448,10 @@ typedef struct chime_pool_options {
     chime_clock_fn wall_clock;
     void *wall_clock_ctx; /**< passed to wall_clock */
 
-    chime_log_fn log; /**< NULL (the default): no messages */
+    /** NULL (the default): no messages, except the line about a periodic
+     * task stopped by a failure, written to stderr (see
+     * chime_pool_set_log_failed_periodic()). */
+    chime_log_fn log;
     void *log_ctx;    /**< passed to log */
 
     /** The seed of chime_task_set_jitter()'s draws; 0 (the default): a
@@ -693,6 +704,88 @@ CHIME_EXPORT int64_t chime_pool_timer_slack(chime_pool *p);
  * Any thread.
  */
 CHIME_EXPORT int chime_pool_clock_changed(chime_pool *pool);
+
+/**
+ * @brief Tells the pool that its clock moved and waits until it has run
+ * everything that is due: tests and simulations on a custom clock.
+ *
+ * Move your clock (chime_pool_options.clock), then call this where you
+ * would call chime_pool_clock_changed() and sleep or poll for the effect
+ * (what Tokio's paused-clock `advance` does). It first does what
+ * chime_pool_clock_changed() does, then waits until, at one moment, no
+ * pool task due at the pool's time is left queued and every worker waits
+ * for work. Then every callback that was due has returned and its task is
+ * settled (a periodic task queued again for its next run, a one-shot
+ * completed and its waiters woken), and so have the tasks that those
+ * callbacks submitted or re-armed and that are due as well: a chain of
+ * tasks scheduled with delay 0 runs to its end.
+ *
+ * Loop tasks are not waited for: only their loop thread runs them, at a
+ * dispatch. This call makes every binding with a due task readable (as
+ * chime_pool_clock_changed() does); dispatch it on its loop thread
+ * afterwards (chime_loop_dispatch()). A pool task that blocks waiting for
+ * a loop task keeps the pool unsettled until it returns.
+ *
+ * With a clock that moves by itself (the default CLOCK_MONOTONIC, or a
+ * custom one moved by another thread meanwhile), tasks keep coming due:
+ * it returns at the first moment it finds nothing due and no worker busy,
+ * which a short-period task may keep from happening until the timeout.
+ * Callbacks run by submitting threads (CHIME_REJECT_CALLER_RUNS) are not
+ * waited for.
+ * @param pool The pool.
+ * @param timeout_ns Real time (CLOCK_MONOTONIC) to wait at most; < 0
+ * (CHIME_FOREVER) waits forever, 0 only looks.
+ * @retval 0 Settled (also for a pool shut down or terminated with nothing
+ * left to run).
+ * @retval -ETIMEDOUT Not settled in time: a callback still runs (blocked,
+ * say, on a latch the test has not opened), or due tasks are still queued
+ * (more came due, or no worker could be started).
+ * @retval -EINVAL pool NULL.
+ * @retval -EDEADLK Called from one of this pool's worker threads, or from
+ * any of its callbacks and hooks on any thread (task callbacks, loop
+ * callbacks and caller-run ones included, whatever the timeout: a task's
+ * callback would wait for itself): nothing is done.
+ * @retval -ECHILD In a forked child: nothing is done.
+ * @par Thread-safety:
+ * Any thread but those; several threads may settle the same pool at once.
+ */
+CHIME_EXPORT int chime_pool_settle(chime_pool *pool, int64_t timeout_ns);
+
+/**
+ * @brief Whether a periodic task stopped by a failing run is logged
+ * (default: on).
+ *
+ * A periodic task (fixed rate or fixed delay, of the pool or of one of its
+ * loop bindings) whose callback returns non-zero completes as failed and
+ * never runs again. While this is on, each such task gives exactly one
+ * line, on the thread that ran it, with no chime lock held, before its
+ * outcome is published (a waiter that sees CHIME_EFAILED finds it
+ * written):
+ * @code
+ * pool NAME: periodic [loop ]task 0xADDR "LABEL" stopped: its callback returned -110 (Connection timed out)
+ * @endcode
+ * with "(no label)" for a task without chime_task_set_label(), and the
+ * strerror() text only for a negative errno value. It goes to
+ * chime_pool_options.log at CHIME_LOG_WARNING if the pool has a log
+ * callback, else to stderr, prefixed "chime: " and ended by a newline.
+ * A periodic task cancelled while its failing run ran is not logged (the
+ * cancel stopped it). One-shot failures are never logged: their outcome
+ * is the caller's to read.
+ * @param pool The pool.
+ * @param on false: no line at all, neither to the log callback nor to
+ * stderr.
+ * @retval 0 Success (runs that end after the call use the setting).
+ * @retval -EINVAL pool NULL.
+ * @retval -ECHILD In a forked child.
+ * @par Thread-safety:
+ * Any thread.
+ */
+CHIME_EXPORT int chime_pool_set_log_failed_periodic(chime_pool *pool, bool on);
+/** @brief The setting of chime_pool_set_log_failed_periodic(); false for
+ * NULL and in a forked child.
+ * @par Thread-safety:
+ * Any thread. */
+CHIME_EXPORT bool chime_pool_log_failed_periodic(chime_pool *pool);
 
 /**
  * @name Wall-clock deadlines
