@@ -136,9 +136,10 @@ op_rearm(producer *pr)
     handle_put(r, t);
 }
 
-/* chime_task_touch from any thread: 0 (or -EALREADY) for a one-shot loop
- * task, -EINVAL for a periodic loop task, -ENOTSUP for a pool task. A
- * touch only ever delays a run, so "never early" needs no change. */
+/* chime_task_touch from any thread: 0 (or -EALREADY, or -EBUSY when its
+ * loop has already taken it to run) for a one-shot loop task, -EINVAL for
+ * a periodic loop task, -ENOTSUP for a pool task. A touch only ever
+ * delays a run, so "never early" needs no change. */
 static void
 op_touch(producer *pr)
 {
@@ -150,8 +151,8 @@ op_touch(producer *pr)
     int rc = chime_task_touch(t);
     int want = r->target == T_WORKER      ? -ENOTSUP
                : r->kind != K_ONESHOT     ? -EINVAL
-               : rc == -EALREADY          ? -EALREADY
-                                          : 0;
+               : rc == -EALREADY || rc == -EBUSY ? rc
+                                                 : 0;
     if (rc != want)
         violation("task %u (kind %d target %d): touch returned %d, want %d",
                   idx(r), r->kind, r->target, rc, want);
