@@ -699,3 +699,31 @@ Test(teardown, set_finalizer_refuses_null)
     cr_assert_eq(chime_task_set_finalizer(NULL, fin_count), -EINVAL);
     cr_assert_eq(chime_task_set_finalizer(NULL, NULL), -EINVAL);
 }
+
+/* ---- a bounded run of the waiting cancel's stress --------------------- */
+
+#include "stress/cancelwait.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+/* Connections freed right after a waiting cancel while callbacks write to
+ * them: the full program is chime_stress_cancelwait; this short run is
+ * the one valgrind's memcheck and helgrind see. */
+Test(teardown, arguments_freed_after_a_waiting_cancel_are_never_touched)
+{
+    uint64_t seed = (uint64_t)chime_now_ns();
+    const char *env = getenv("CHIME_SEED");
+    if (env != NULL)
+        seed = strtoull(env, NULL, 10);
+    cw_report r;
+    int rc = cw_run(T_TIMEOUT(5), 400, seed, &r);
+    printf("teardown: seed %" PRIu64 ": %" PRIu64 " connections, %" PRIu64
+           " runs, %" PRIu64 " freed after a waiting cancel, %" PRIu64
+           " by a finalizer, %" PRIu64 " violations\n",
+           seed, r.made, r.runs, r.freed_after_wait, r.finalized,
+           r.violations);
+    cr_assert_eq(rc, 0, "seed %" PRIu64 ": %" PRIu64 " violations", seed,
+                 r.violations);
+    cr_assert_gt(r.made, 0);
+}
