@@ -29,7 +29,10 @@ typedef struct conn {
     atomic_uint magic;
     atomic_int inside; /* runs in progress */
     atomic_uint_fast64_t writes;
-    unsigned char buf[64];
+    /* Written by the runs (relaxed atomics: two tasks of one connection
+     * may run at once), poisoned with plain writes by its free: TSan sees
+     * a run that overlaps the free as a race, ASan a run after it. */
+    _Atomic unsigned char buf[64];
 } conn;
 
 static struct {
@@ -82,7 +85,8 @@ cw_fn(chime_task *self, void *arg, void **result)
     s |= 1;
     unsigned n = (unsigned)(rnd(&s) % 64);
     for (unsigned i = 0; i < n; i++) {
-        c->buf[i % sizeof c->buf] = (unsigned char)i;
+        atomic_store_explicit(&c->buf[i % sizeof c->buf], (unsigned char)i,
+                              memory_order_relaxed);
         atomic_fetch_add_explicit(&c->writes, 1, memory_order_relaxed);
         if (rnd(&s) % 16 == 0)
             sched_yield();
@@ -94,7 +98,7 @@ cw_fn(chime_task *self, void *arg, void **result)
                       rc);
         atomic_fetch_add(&G.self_edeadlk, 1);
     }
-    c->buf[0] ^= 1; /* the last write of the run */
+    atomic_fetch_xor_explicit(&c->buf[0], 1, memory_order_relaxed);
     if (atomic_load(&c->magic) != LIVE)
         violation("a connection was freed during a run");
     atomic_fetch_sub(&c->inside, 1);
@@ -107,7 +111,7 @@ conn_free(conn *c)
     if (atomic_load(&c->inside) != 0)
         violation("freed with %d runs in progress", atomic_load(&c->inside));
     atomic_store(&c->magic, DEAD);
-    memset(c->buf, 0xdd, sizeof c->buf);
+    memset((void *)c->buf, 0xdd, sizeof c->buf);
     free(c);
 }
 
