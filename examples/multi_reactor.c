@@ -89,7 +89,8 @@ struct reactor {
     chime_loop_stats stats; /* taken at the end, on the thread */
     /* Published for the maintenance worker: relaxed, a counter only. */
     atomic_uint_fast64_t pub_open;
-    /* Written by the maintenance task under app->maint_mu. */
+    /* Written by the maintenance task's runs, read once a waiting
+     * cancel stopped it. */
     uint64_t ticks_posted;
 };
 
@@ -111,11 +112,9 @@ struct app {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int ready;
-    /* Maintenance. maint_mu is held for a whole run, so main can wait out
-     * a run in progress after cancelling the task. */
-    pthread_mutex_t maint_mu;
-    bool maint_stopped; /* guarded by maint_mu */
-    uint64_t maint_seq; /* guarded by maint_mu */
+    /* Maintenance: written by its runs (one at a time), read by main
+     * after the waiting cancel that stops it. */
+    uint64_t maint_seq;
     atomic_int maint_on_loop;
     atomic_uint_fast64_t post_failures;
 };
@@ -280,8 +279,7 @@ maintenance(chime_task *self, void *arg, void **result)
     for (int k = 0; k < a->nloops; k++)
         if (pthread_equal(pthread_self(), a->r[k].thread))
             atomic_store(&a->maint_on_loop, 1);
-    pthread_mutex_lock(&a->maint_mu);
-    if (!a->maint_stopped) {
+    {
         uint64_t seq = ++a->maint_seq, total = 0;
         for (int k = 0; k < a->nloops; k++)
             total +=
@@ -301,7 +299,6 @@ maintenance(chime_task *self, void *arg, void **result)
             }
         }
     }
-    pthread_mutex_unlock(&a->maint_mu);
     return 0;
 }
 
@@ -640,7 +637,6 @@ main(int argc, char **argv)
     a.maint_ns = maint_ms * CHIME_MSEC;
     pthread_mutex_init(&a.mu, NULL);
     pthread_cond_init(&a.cv, NULL);
-    pthread_mutex_init(&a.maint_mu, NULL);
 
     /* One pool for every loop: its workers keep no loop's time by
      * themselves (each binding has its timerfd) and run the maintenance. */
@@ -688,15 +684,15 @@ main(int argc, char **argv)
     int64_t t0 = chime_now_ns();
 
     /* Shutdown, in order: stop every producer that posts into the loops
-     * (the load; the maintenance: cancel, then wait out a run in
-     * progress), then stop each loop with a post that runs after
+     * (the load; the maintenance: a waiting cancel, which returns once
+     * a run in progress has returned), then stop each loop with a post
+     * that runs after
      * everything posted before it; each reactor closes its connections,
      * its binding and its base; the pool goes last. */
     pthread_join(load, NULL);
-    chime_task_cancel(t_maint, 0);
-    pthread_mutex_lock(&a.maint_mu);
-    a.maint_stopped = true;
-    pthread_mutex_unlock(&a.maint_mu);
+    if ((rc = chime_task_cancel(t_maint, CHIME_CANCEL_WAIT)) < 0 &&
+        rc != -EALREADY)
+        ex_die("cancel maintenance", rc);
     chime_task_release(t_maint);
     for (int k = 0; k < a.nloops; k++)
         if ((rc = chime_loop_post(a.r[k].loop, stop_reactor, &a.r[k], NULL)) !=
@@ -784,7 +780,6 @@ main(int argc, char **argv)
 #undef CHECK
     pthread_mutex_destroy(&a.mu);
     pthread_cond_destroy(&a.cv);
-    pthread_mutex_destroy(&a.maint_mu);
     printf("%s\n", bad ? "FAILED" : "OK");
     return self_test ? bad : 0;
 }
