@@ -4,8 +4,9 @@
  *
  * Each simulated connection has three timers in its own chime_group:
  *   - an idle timeout (a one-shot, re-armed on every request), which
- *     closes the connection: one chime_group_close() cancels every timer
- *     of the connection, the timeout itself included;
+ *     closes the connection: one chime_group_close(CHIME_CANCEL_WAIT)
+ *     cancels every timer of the connection, the timeout itself included,
+ *     and returns once no other timer's callback is running;
  *   - a keep-alive (fixed rate, CHIME_MISSED_SKIP: a slow or suspended
  *     process sends one ping when it wakes, not a burst);
  *   - a retry (a one-shot that re-arms itself a few times, as a client
@@ -59,14 +60,12 @@ on_idle(chime_task *self, void *arg, void **result)
     conn *c = arg;
     atomic_store(&c->closing, true);
     c->closes++;
-    /* Closing the connection: every timer of it, this one included. */
-    (void)chime_group_close(c->timers, 0);
-    /* Set once the close has returned: no timer of the connection starts
-     * after this, so a run that reads it set had started before and read
-     * it late (a thread preempted between the two), at most one run of
-     * each of the other timers. Set before the close, the self-test would
-     * also count every run that starts while this thread is held up
-     * between the store and the close: any number, on a loaded machine. */
+    /* Closing the connection: every timer of it, this one included. The
+     * waiting close returns once no other timer's callback runs: a run in
+     * progress has returned by then, and none starts later, so from here
+     * on the connection is this callback's alone (a server would free it
+     * now). */
+    (void)chime_group_close(c->timers, CHIME_CANCEL_WAIT);
     atomic_store(&c->closed, true);
     return 0;
 }
@@ -269,10 +268,9 @@ main(int argc, char **argv)
         conn *c = &cs[i];
         pings += atomic_load(&c->pings);
         retries += atomic_load(&c->retries);
-        /* A run already started when the close came may finish, and read
-         * the flag late: at most one of the keep-alive and one of the
-         * retry. */
-        if (c->closes != 1 || atomic_load(&c->after_close) > 2 ||
+        /* The close waited for every run in progress: none read the flag
+         * set. */
+        if (c->closes != 1 || atomic_load(&c->after_close) != 0 ||
             chime_group_count(c->timers) != 0) {
             fprintf(stderr,
                     EXAMPLE_NAME ": connection %ld: closes %d, runs after "
