@@ -263,6 +263,43 @@ outcome(struct chime_task *t, int st, void **result)
     }
 }
 
+static bool
+is_final(const struct chime_task *t)
+{
+    return chime__state_is_final(chime__task_state(t));
+}
+
+/* Waits on t's wait place until done(t) holds, at most timeout_ns (< 0:
+ * forever; 0 not allowed). Returns 0 or -ETIMEDOUT. Whoever makes done()
+ * true does so under that place's lock (or, for a pool task's lock-free
+ * completion, then reads the count of waiters: wait_count) and
+ * broadcasts while anyone is counted. */
+static int
+wait_until(struct chime_task *t, int64_t timeout_ns,
+           bool (*done)(const struct chime_task *))
+{
+    int64_t end = timeout_ns > 0
+                      ? chime__sat_add(chime__monotonic_ns(), timeout_ns)
+                      : INT64_MAX;
+    struct timespec ts = chime__abs_timespec(end);
+    struct wait_place w;
+    wait_place(t, &w);
+    CHIME_LOCK_EITHER(w.mu, w.loop_waiters != NULL);
+    wait_count(&w, 1);
+    int rc = 0;
+    while (!done(t)) {
+        if (timeout_ns < 0) {
+            pthread_cond_wait(w.cv, w.mu);
+        } else if (pthread_cond_timedwait(w.cv, w.mu, &ts) == ETIMEDOUT) {
+            rc = done(t) ? 0 : -ETIMEDOUT;
+            break;
+        }
+    }
+    wait_count(&w, -1);
+    pthread_mutex_unlock(w.mu);
+    return rc;
+}
+
 int
 chime_task_wait(chime_task *t, int64_t timeout_ns, void **result)
 {
@@ -278,29 +315,9 @@ chime_task_wait(chime_task *t, int64_t timeout_ns, void **result)
      * so, even to a poll, as every pool and binding call does. */
     if (CHIME_FORKED(p))
         return -ECHILD;
-    if (timeout_ns == 0)
+    if (timeout_ns == 0 || wait_until(t, timeout_ns, is_final) != 0)
         return -ETIMEDOUT;
-    int64_t end = timeout_ns > 0
-                      ? chime__sat_add(chime__monotonic_ns(), timeout_ns)
-                      : INT64_MAX;
-    struct timespec ts = chime__abs_timespec(end);
-    struct wait_place w;
-    wait_place(t, &w);
-    CHIME_LOCK_EITHER(w.mu, w.loop_waiters != NULL);
-    wait_count(&w, 1);
-    while (!chime__state_is_final(st = chime__task_state(t))) {
-        if (timeout_ns < 0) {
-            pthread_cond_wait(w.cv, w.mu);
-        } else if (pthread_cond_timedwait(w.cv, w.mu, &ts) == ETIMEDOUT) {
-            st = chime__task_state(t);
-            break;
-        }
-    }
-    wait_count(&w, -1);
-    pthread_mutex_unlock(w.mu);
-    if (!chime__state_is_final(st))
-        return -ETIMEDOUT;
-    return outcome(t, st, result);
+    return outcome(t, chime__task_state(t), result);
 }
 
 int
@@ -314,28 +331,9 @@ chime__task_wait_idle(struct chime_task *t, int64_t timeout_ns)
         return -ECHILD;
     if (timeout_ns == 0)
         return -ETIMEDOUT;
-    int64_t end = timeout_ns > 0
-                      ? chime__sat_add(chime__monotonic_ns(), timeout_ns)
-                      : INT64_MAX;
-    struct timespec ts = chime__abs_timespec(end);
-    struct wait_place w;
-    wait_place(t, &w);
-    CHIME_LOCK_EITHER(w.mu, w.loop_waiters != NULL);
-    wait_count(&w, 1);
-    int rc = 0;
     /* Its runner stores CANCELLED under this lock after the callback
      * returned, and broadcasts while anyone is counted here. */
-    while (!chime__task_idle(t)) {
-        if (timeout_ns < 0) {
-            pthread_cond_wait(w.cv, w.mu);
-        } else if (pthread_cond_timedwait(w.cv, w.mu, &ts) == ETIMEDOUT) {
-            rc = chime__task_idle(t) ? 0 : -ETIMEDOUT;
-            break;
-        }
-    }
-    wait_count(&w, -1);
-    pthread_mutex_unlock(w.mu);
-    return rc;
+    return wait_until(t, timeout_ns, chime__task_idle);
 }
 
 int
