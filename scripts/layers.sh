@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: MIT
 # Checks the layering of src/: which file calls which, read from the
 # compiled objects (nm: a file's undefined symbols, resolved to the file
-# that defines them). Every call must go down the order below, bottom
-# first; a call up (or sideways to a file listed later) is a cycle waiting
-# to happen and fails the check. Prints the graph.
+# that defines them), and which file includes which (#include "..."
+# lines). Every call and every include must go down the order below,
+# bottom first; one up (or sideways to a file listed later) is a cycle
+# waiting to happen and fails the check, and so does any include cycle.
+# Prints the call graph.
 #
 #   integration -> binding -> pool/worker -> queue -> heap/clock
 #
@@ -69,7 +71,54 @@ if printf '%s\n' "${edges[@]}" | tsort 2>&1 >/dev/null | grep -q cycle; then
     echo "layers: the call graph has a cycle"
     bad=1
 fi
+
+# ---- includes --------------------------------------------------------------
+# The same order holds for #include "..." lines between the files of src/:
+# a file of a module may include the header of its own module or of one
+# below it, never above; and the include graph of src/ has no cycle.
+# A header belongs to the module of the same name; header-only modules sit
+# in `base` (below every module) unless the order names them; a few
+# headers belong to another module (`owner`).
+base=(common list spin)
+declare -A owner=([dq_heap]=dq [heap_impl]=heap [internal]=dump)
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../src" && pwd)
+for b in "${base[@]}"; do
+    rank[$b]=-1
+done
+module_of() {
+    local m
+    m=$(basename "$1")
+    m=${m%.*}
+    echo "${owner[$m]:-$m}"
+}
+incs=()
+for file in "$src"/*.c "$src"/*.h; do
+    m=$(module_of "$file")
+    if [ -z "${rank[$m]+x}" ]; then
+        echo "layers: src/$(basename "$file") belongs to no module of the order"
+        bad=1
+        continue
+    fi
+    while read -r inc; do
+        [ -f "$src/$inc" ] || continue # <chime/...>, system headers
+        incs+=("$(basename "$file") $inc")
+        n=$(module_of "$inc")
+        [ "$n" != "$m" ] || continue
+        if [ -z "${rank[$n]+x}" ]; then
+            echo "layers: src/$inc belongs to no module of the order"
+            bad=1
+        elif [ "${rank[$n]}" -gt "${rank[$m]}" ]; then
+            echo "layers: src/$(basename "$file") includes $inc, up the order ($m below $n)"
+            bad=1
+        fi
+    done < <(sed -n 's/^#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
+done
+if printf '%s\n' "${incs[@]}" | tsort 2>&1 >/dev/null | grep -q cycle; then
+    echo "layers: the include graph of src/ has a cycle"
+    bad=1
+fi
+
 if [ "$bad" -eq 0 ]; then
-    echo "layers: OK, no call goes up, no cycle"
+    echo "layers: OK, no call or include goes up, no cycle"
 fi
 exit "$bad"
