@@ -3,7 +3,7 @@
  * chime: termination of a pool whose loop tasks belong to their bindings
  * (docs/plan-loop-timers.md step 1: each binding counts its own loop
  * tasks under its own lock; the loop side takes no pool lock), as a
- * Promela model for SPIN. See docs/model.md.
+ * Promela model for SPIN. See docs/contributing/model.md.
  *
  * The code (at ed49a77):
  *
