@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * chime: a binding's two readiness sources, its eventfd and its timerfd
- * (the loop-owned timers of docs/plan-loop-timers.md, steps 1 and 3, in
+ * (the loop-owned timers of issue 10, steps 1 and 3 of its plan, in
  * the variant without the MPSC list: the binding's own mutex guards its
  * timers), as a Promela model for SPIN. See docs/contributing/model.md.
  *
