@@ -296,7 +296,8 @@ END {
     v = med("w4", s, "chime", "ns_per_cancel")
     goal("W4", sprintf("chime ns per cancel = %s", num(v, "%.1f")), v, "<= 10", v <= 10)
     # One CAS that decides and one RMW that hands the memory of the task over
-    # (reference-counted handles): docs/benchmarks.md says why both.
+    # (reference-counted handles): docs/benchmarks.md, under the results,
+    # says why both.
     v = med("units", 1, "os", "w4_two_rmw_ns")
     if (v != "")
         printf "| W4 | floor: a CAS and an atomic add on each record, no queue (w4_two_rmw_ns) = %.1f ns | <= 10 | %s |\n", v, ((v > 10) ? "**cannot be met on this machine** by a cancel that makes both on its own thread" : "the floor allows it") >> tbl

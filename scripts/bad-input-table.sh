@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Writes docs/bad-input.md from the bad-input tests themselves: every BAD /
+# Writes docs/contributing/bad-input.md from the bad-input tests themselves: every BAD /
 # UNDOC / KNOWN check of tests/test_badinput.c and
 # tests/integrations/test_badinput_event.c records its row while it runs
 # (tests/badinput.h), so the table says exactly what the tests check.
 #
 # Usage: scripts/bad-input-table.sh [build-dir] [output]
 #   build-dir  a configured and built tree (default build-test)
-#   output     default docs/bad-input.md; "-" for stdout
+#   output     default docs/contributing/bad-input.md; "-" for stdout
 # Exits non-zero if a test fails (the table would not be trustworthy).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-build-test}
-out=${2:-$root/docs/bad-input.md}
+out=${2:-$root/docs/contributing/bad-input.md}
 case $build in /*) ;; *) build=$root/$build ;; esac
 
 tmp=$(mktemp -d)

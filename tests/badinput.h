@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Bad-input matrix support: each check is one row of docs/bad-input.md.
+/* Bad-input matrix support: each check is one row of docs/contributing/bad-input.md.
  *
  *   BAD(fn, misuse, expr, want)     expr must equal the documented `want`
  *   BAD_S(fn, misuse, expr, want, text)   the same, `text` in the table
@@ -16,7 +16,7 @@
  *
  * With CHIME_BADINPUT_TABLE=<file> every row is appended to <file> as
  * "function<TAB>misuse<TAB>result<TAB>test<TAB>kind";
- * scripts/bad-input-table.sh turns that into docs/bad-input.md.
+ * scripts/bad-input-table.sh turns that into docs/contributing/bad-input.md.
  */
 #ifndef CHIME_TEST_BADINPUT_H
 #define CHIME_TEST_BADINPUT_H

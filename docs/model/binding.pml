@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * chime: the loop binding's readiness protocol (src/loop.c), as a Promela
- * model for SPIN. See docs/model.md.
+ * model for SPIN. See docs/contributing/model.md.
  *
  *   producer (chime_loop_post, or a worker moving a due loop task),
  *   under loop->mu:
@@ -38,7 +38,7 @@
  *     the quiescence and liveness checks; the CLOSE=1 run checks the fd's
  *     lifetime (fd_ok) and the invariants.
  *   - Pool shutdown, the loop-thread ownership checks and the node cache of
- *     posts are left out (docs/model.md says why).
+ *     posts are left out (docs/contributing/model.md says why).
  *
  * Switches: NPOST posts per producer (2 producers), BATCH (batch_limit),
  * LB (CHIME_LOOP_BATCH, tasks popped per critical section),

@@ -2,7 +2,7 @@
 /*
  * chime: the pool's submission inbox (src/inbox.c, src/inbox.h; its use in
  * src/worker.c take_locked and src/submit.c chime__submit), as a Promela
- * model for SPIN. See docs/model.md.
+ * model for SPIN. See docs/contributing/model.md.
  *
  * The code (at ea0c2f4):
  *
@@ -91,7 +91,7 @@
  * (leader.pml's watched_ok: a worker running a callback does not count),
  * SPLIT_ARM_WAIT (the arm and the wait as two steps).
  * With NW == 2, DEPEND and STRICT_WATCHED each failed on the code at
- * ea0c2f4 (docs/model.md, Findings: a submission while the other worker
+ * ea0c2f4 (docs/contributing/model.md, Findings: a submission while the other worker
  * runs a callback woke nobody); the fix, leave_to_run_locked in worker.c,
  * is modelled (BUG_NO_ARM_BEFORE_RUN: the code before it).
  * Mutations (each must be caught): BUG_NO_ARM_BEFORE_RUN, BUG_IWAKE_BEFORE_LINK,
@@ -253,7 +253,7 @@ bool once_ok = true, fifo_ok = true, closed_ok = true, timer_ok = true,
  * wake is under way or some worker will look at the inbox before it waits
  * again, a worker running a callback included. leader.pml's watched_ok
  * does not count a running worker: with DEPEND that difference is a hang
- * (docs/model.md, Findings). */
+ * (docs/contributing/model.md, Findings). */
 #define INV_WATCHED (len(inbox) == 0 || !ANYPH(P_WAIT_F) || leader != NONE || \
                      wakes > 0 || ANYACTIVE)
 

@@ -2,7 +2,7 @@
 /*
  * chime: the leader-follower take protocol, as a Promela model for SPIN.
  *
- * What this models (see docs/model.md for the full discussion):
+ * What this models (see docs/contributing/model.md for the full discussion):
  *   src/pool.c  take_locked (leader_cv / follower_cv, the hand-over
  *               signal, release_garbage and its re-check), run_locked +
  *               chime__settle_locked (a requeue that makes a new head),

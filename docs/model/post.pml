@@ -2,7 +2,7 @@
 /*
  * chime: handle-less posts through a binding's post list and the `quiet`
  * wake-up token (src/post.c, src/ready.c, src/loop.c), as a Promela model
- * for SPIN. See docs/model.md.
+ * for SPIN. See docs/contributing/model.md.
  *
  *   producer (chime__post_push), no loop->mu:
  *       plock; if (psealed || !accepting) { unlock; refused }

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * chime: termination of a pool whose loop tasks belong to their bindings
- * (docs/plan-loop-timers.md step 1: each binding counts its own loop
+ * (issue 10, step 1 of its plan, now in git history: each binding counts its own loop
  * tasks under its own lock; the loop side takes no pool lock), as a
- * Promela model for SPIN. See docs/model.md.
+ * Promela model for SPIN. See docs/contributing/model.md.
  *
  * The code (at ed49a77):
  *

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * chime: a binding's two readiness sources, its eventfd and its timerfd
- * (the loop-owned timers of docs/plan-loop-timers.md, steps 1 and 3, in
+ * (the loop-owned timers of issue 10, steps 1 and 3 of its plan, in
  * the variant without the MPSC list: the binding's own mutex guards its
- * timers), as a Promela model for SPIN. See docs/model.md.
+ * timers), as a Promela model for SPIN. See docs/contributing/model.md.
  *
  * The code (src/timers.c, src/ready.c, src/loop.c, at ed49a77):
  *
@@ -36,7 +36,7 @@
  *   expired and was not read.
  *
  * Two points differ from the protocol as first described, because the
- * model found them (docs/model.md, Findings):
+ * model found them (docs/contributing/model.md, Findings):
  *   - step 1 keeps `armed` when read() fails with EAGAIN (the clock has
  *     reached the deadline but the kernel timer has not fired yet). With
  *     `armed = INF` there (BUG_EAGAIN_DISARMS) the expiration that comes

@@ -662,14 +662,12 @@ CHIME_EXPORT bool chime_pool_remove_on_cancel(chime_pool *p);
  * HZ=250), a pool one-shot scheduled with chime_pool_schedule(), or a
  * pool task re-armed with chime_task_rearm(), with a delay of at least
  * one second takes its deadline from that clock: its time plus slack_ns
- * plus the delay. That clock costs some 3 ns a read where CLOCK_MONOTONIC
- * costs 20-40 ns on a virtual machine, and it does not hold up the loads
- * around it (chime_pool_schedule() and chime_task_cancel() of a
- * connection timeout: 1.6 times the rounds per second in W2,
- * docs/benchmarks.md). Such a task runs at most slack_ns late beyond the
- * usual lateness (the coarse time is never ahead of the precise one). It
- * would run early only if the coarse clock trailed the precise one by
- * more than slack_ns: the kernel moves it at every tick, so that takes a
+ * plus the delay. That clock is several times cheaper to read than
+ * CLOCK_MONOTONIC, and the read does not hold up the loads around it
+ * (docs/design.md gives figures). Such a task runs at most slack_ns late
+ * beyond the usual lateness (the coarse time is never ahead of the precise
+ * one). It would run early only if the coarse clock trailed the precise
+ * one by more than slack_ns: the kernel moves it at every tick, so that takes a
  * tick held up that long (a virtual CPU stalled by its host).
  *
  * Shorter delays, periodic tasks, loop tasks, a pool with a custom clock
@@ -1109,9 +1107,8 @@ typedef struct chime_pool_stats {
                                   time its batch was taken (one clock
                                   read per batch), which may be earlier
                                   than its run; with a custom clock, the
-                                  clock at its start. W3 in
-                                  docs/benchmarks.md measures real
-                                  lateness. */
+                                  clock at its start, so real
+                                  lateness can be higher. */
     /** Lateness histogram of the runs (start - deadline, taken as
      * max_lateness_ns is): lateness[0] counts runs 0 ns late (or early,
      * never by chime), lateness[k] for 1 <= k < CHIME_LATENESS_BUCKETS - 1
@@ -1683,10 +1680,9 @@ typedef struct chime_loop chime_loop;
 typedef struct chime_loop_options {
     /** Most callbacks one chime_loop_dispatch() call runs (so a flood cannot
      * starve the loop's I/O); the fd stays readable while more is ready.
-     * 0: the default, 256 (it was 64: each return to the loop costs it a
-     * poll system call, a microsecond or more on a virtual machine, a
-     * third of a post's cost at 64; 256 trivial callbacks take some
-     * 10 us). */
+     * 0: the default, 256: each return to the loop costs it a poll
+     * system call, and 256 trivial callbacks still return to it quickly
+     * (docs/design.md says how it was chosen). */
     unsigned batch_limit;
     /** The binding's loop thread, named at creation (as
      * chime_loop_set_thread_id() would) by whichever thread creates the
@@ -2013,12 +2009,11 @@ typedef int (*chime_dump_fn)(const chime_task_info *info, void *ctx);
  *
  * Cost: the pool's lock is held once while the pending set is copied (32
  * bytes per task, into memory allocated and touched before the lock is
- * taken) and each task retained: about 6-10 ns per pending task, 1 ms for
- * 100,000 and 6 ms for 1,000,000 (bench/ops_dump on a 2-core VM), during
- * which other threads' calls that take the lock wait (lock-free
- * submissions and cancels queue up and are included). The copy is sorted,
- * labels read and fn called after the lock is released: about 100-230 ns
- * per task in all.
+ * taken) and each task retained, a time linear in the number of pending
+ * tasks, during which other threads' calls that take the lock wait
+ * (lock-free submissions and cancels queue up and are included). The copy
+ * is sorted, labels read and fn called after the lock is released
+ * (docs/design.md gives measured times).
  * @param pool The pool.
  * @param fn Called for each task.
  * @param ctx Passed to fn.
