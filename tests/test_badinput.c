@@ -3,7 +3,7 @@
  * out-of-range arguments, and calls made in the wrong state (after
  * shutdown, close or destroy, from the wrong thread, from a callback that
  * would wait for itself, in a fork child). Each check is a row of
- * docs/bad-input.md (see badinput.h; scripts/bad-input-table.sh writes the
+ * docs/contributing/bad-input.md (see badinput.h; scripts/bad-input-table.sh writes the
  * table). tests/test_api.c holds the first NULL matrix; this file extends
  * it. The libevent binding's rows are in
  * tests/integrations/test_badinput_event.c.
