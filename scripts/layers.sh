@@ -80,6 +80,10 @@ fi
 # in `base` (below every module) unless the order names them; a few
 # headers belong to another module (`owner`).
 base=(common list spin)
+# Until the hub header (pool.h) is split into per-module headers, the
+# include check reports without failing (issue 36).
+enforce_includes=0
+ibad=0
 declare -A owner=([dq_heap]=dq [heap_impl]=heap [internal]=dump)
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../src" && pwd)
 for b in "${base[@]}"; do
@@ -96,7 +100,7 @@ for file in "$src"/*.c "$src"/*.h; do
     m=$(module_of "$file")
     if [ -z "${rank[$m]+x}" ]; then
         echo "layers: src/$(basename "$file") belongs to no module of the order"
-        bad=1
+        ibad=1
         continue
     fi
     while read -r inc; do
@@ -106,16 +110,21 @@ for file in "$src"/*.c "$src"/*.h; do
         [ "$n" != "$m" ] || continue
         if [ -z "${rank[$n]+x}" ]; then
             echo "layers: src/$inc belongs to no module of the order"
-            bad=1
+            ibad=1
         elif [ "${rank[$n]}" -gt "${rank[$m]}" ]; then
             echo "layers: src/$(basename "$file") includes $inc, up the order ($m below $n)"
-            bad=1
+            ibad=1
         fi
     done < <(sed -n 's/^#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
 done
 if printf '%s\n' "${incs[@]}" | tsort 2>&1 >/dev/null | grep -q cycle; then
     echo "layers: the include graph of src/ has a cycle"
+    ibad=1
+fi
+if [ "$ibad" -ne 0 ] && [ "$enforce_includes" -eq 1 ]; then
     bad=1
+elif [ "$ibad" -ne 0 ]; then
+    echo "layers: (the include findings above are not enforced yet)"
 fi
 
 if [ "$bad" -eq 0 ]; then
