@@ -557,7 +557,7 @@ chime__heap_pop(chime_heap *h, int64_t *deadline)
         if (f == &h->far_key)
             chime__heap_far_take(h);
         else
-            chime__heap_run_take(h);
+            chime__heap_run_take_front(h);
         return t;
     }
     chime__heap_remove(h, t);

@@ -10,46 +10,6 @@
 
 #include "common.h"
 
-/* The far run's first live entry as a slot (h->far_key, valid until the
- * run changes; tombstones at its front dropped; an empty run starts again
- * at 0), or NULL. */
-chime_heap_slot *
-chime__heap_far_front(chime_heap *h)
-{
-    if (!chime__heap_far_skip(h))
-        return NULL;
-    h->far_key =
-        chime__heap_far_slot(chime__heap_far_task(h, h->far.v[h->far.pos]));
-    return &h->far_key;
-}
-
-/* A far entry becomes a tombstone: the run lets go of its task (the run
- * stays sorted: nothing moves). */
-void
-chime__heap_far_tomb(chime_heap *h, struct chime_task *t)
-{
-    uint32_t i = FAR_I(t->heap_index);
-    CHIME_ASSERT(i >= h->far.pos && i < h->far.n &&
-                 chime__heap_far_task(h, h->far.v[i]) == t);
-    h->far.v[i] = FAR_TOMB;
-    h->far_lazy++;
-    if (i == h->far.pos)
-        (void)chime__heap_far_skip(h); /* cancels in deadline order */
-}
-
-/* Takes the far run's front (its first entry, live) off the heap. */
-void
-chime__heap_far_take(chime_heap *h)
-{
-    struct chime_task *t = chime__heap_far_task(h, h->far.v[h->far.pos]);
-    uint32_t ahead = h->far.pos + 16;
-    if (ahead < h->far.n && !FAR_DEAD(h->far.v[ahead]))
-        __builtin_prefetch(chime__heap_far_task(h, h->far.v[ahead]), 1);
-    h->far.pos++;
-    t->heap_index = CHIME_HEAP_NONE;
-    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
-}
-
 /* The array is full: half consumed, the rest moves to the start (O(1)
  * amortized per entry; each live task learns its new position), else it
  * doubles. */

@@ -85,16 +85,6 @@ chime__heap_run_front(chime_heap *h)
     return NULL;
 }
 
-/* A run entry becomes a tombstone: the run lets go of its task. */
-void
-chime__heap_run_tomb(chime_heap *h, struct chime_task *t)
-{
-    uint32_t r = NEAR_B(t->heap_index), i = NEAR_I(t->heap_index);
-    CHIME_ASSERT(i < h->run[r].n && h->run[r].v[i].task == t);
-    h->run[r].v[i].task = TOMB;
-    h->run_lazy++;
-}
-
 /* Moves v[i] back past the entries before it that come after it (one
  * step of insertion sort: v[0, i) is sorted). */
 static inline void
@@ -336,25 +326,6 @@ chime__heap_near_take(chime_heap *h, struct chime_task *t)
         h->near_map[b / 64] &= ~(UINT64_C(1) << (b % 64));
 }
 
-/* The first non-empty bucket after near_cur, in time order. */
-uint32_t
-chime__heap_near_first(const chime_heap *h)
-{
-    uint32_t start = (uint32_t)(h->near_cur + 1) & NEAR_MASK;
-    for (uint32_t k = 0; k <= CHIME_NEAR_SLOTS / 64; k++) {
-        uint32_t pos = (start + k * 64) & NEAR_MASK;
-        uint32_t w = pos / 64, off = pos % 64;
-        uint64_t bits = h->near_map[w] >> off;
-        if (off && k < CHIME_NEAR_SLOTS / 64)
-            bits |= h->near_map[(w + 1) % (CHIME_NEAR_SLOTS / 64)]
-                    << (64 - off);
-        if (bits)
-            return (pos + (uint32_t)__builtin_ctzll(bits)) & NEAR_MASK;
-    }
-    CHIME_ASSERT(0);
-    return 0;
-}
-
 struct chime_task *
 chime__heap_run_due(chime_heap *h, int64_t now, int64_t *deadline)
 {
@@ -400,19 +371,7 @@ chime__heap_run_prefetch(const chime_heap *h, uint32_t k)
 void
 chime__heap_run_take(chime_heap *h)
 {
-    /* The first run's front: consumed in place. Its tasks are cold
-     * (written by a producer or drained on another core, milliseconds
-     * ago): fetch one a few entries ahead. */
-    uint32_t r = h->run_head;
-    struct chime_task *t = h->run[r].v[h->run[r].pos].task;
-    uint32_t ahead = h->run[r].pos + 24;
-    if (ahead < h->run[r].n)
-        __builtin_prefetch(
-            (void *)((uintptr_t)h->run[r].v[ahead].task & ~(uintptr_t)1), 1);
-    h->run[r].pos++;
-    h->run_n--;
-    t->heap_index = CHIME_HEAP_NONE;
-    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+    chime__heap_run_take_front(h);
 }
 
 void
