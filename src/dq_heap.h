@@ -10,7 +10,7 @@
  * any node is O(log n). 4-ary, as the pool's heap (src/heap.h): half the
  * levels of a binary heap, and the four children of a slot are adjacent.
  * docs/design.md ("The delay queue and the pool's heap") says why this is
- * not the pool's heap_impl.h. */
+ * not the pool's queue (heap.h). */
 #ifndef CHIME_DQ_HEAP_H
 #define CHIME_DQ_HEAP_H
 

@@ -252,7 +252,7 @@ chime_loop_dump(chime_loop *l, chime_dump_fn fn, void *ctx)
         if (snap_alloc(&s, want + want / 8 + 16) != 0)
             return -ENOMEM;
         CHIME_LOCK_LOOP(&l->mu);
-        chime__theap_each(&l->timers, add_queued, &s);
+        chime__timer_heap_each(&l->timers, add_queued, &s);
         int64_t now = chime__pool_now(l->pool);
         if (l->ring != NULL && !l->closed)
             for (uint32_t pos = l->head; pos != l->tail; pos++) {

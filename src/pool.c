@@ -385,7 +385,7 @@ chime_pool_clock_changed(chime_pool *p)
     {
         struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
         CHIME_LOCK_LOOP(&l->mu);
-        if (chime__theap_peek_deadline(&l->timers) <= now &&
+        if (chime__timer_heap_peek_deadline(&l->timers) <= now &&
             chime__timers_due_count_locked(l, now) != 0)
             chime__ready_signal_locked(l);
         pthread_mutex_unlock(&l->mu);
@@ -433,7 +433,7 @@ chime_pool_remove(chime_pool *p, chime_task *t)
         if (t->flags & CHIME_TF_INHEAP) {
             /* Queued, or cancelled and retained (remove_on_cancel off):
              * out now either way, as for a pool task. */
-            chime__theap_remove(&l->timers, t);
+            chime__timer_heap_remove(&l->timers, t);
             if (!chime__state_is_final(chime__task_state(t)))
                 chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED,
                                             -ECANCELED);

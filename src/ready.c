@@ -35,7 +35,6 @@
 #define _GNU_SOURCE
 #endif
 #include "clock.h"
-#include "heap.h"
 #include "ready.h"
 #include "spin.h"
 
@@ -297,7 +296,7 @@ chime__ready_open(struct chime_loop *l)
         return rc;
     }
     chime__list_init(&l->link);
-    chime__theap_init(&l->timers);
+    chime__timer_heap_init(&l->timers);
     /* Idle from the start: the first post takes the token and writes. */
     atomic_init(&l->quiet, true);
     l->went_quiet = true;
@@ -326,7 +325,7 @@ chime__ready_close_locked(struct chime_loop *l)
     chime__free(l->ring);
     l->ring = NULL;
     l->cap = 0;
-    chime__theap_free(&l->timers);
+    chime__timer_heap_free(&l->timers);
     close_fds(l);
     l->signalled = false;
     l->armed = INT64_MAX;
@@ -339,7 +338,7 @@ chime__ready_free(struct chime_loop *l)
     pthread_cond_destroy(&l->done_cv);
     pthread_mutex_destroy(&l->mu);
     chime__free(l->ring);
-    chime__theap_free(&l->timers);
+    chime__timer_heap_free(&l->timers);
     chime__free(l); /* its cached nodes live in the pool's slab chunks */
 }
 

@@ -3,7 +3,7 @@
 #ifndef CHIME_READY_H
 #define CHIME_READY_H
 
-#include "heap.h"
+#include "timer_heap.h"
 #include "list.h"
 #include "task.h"
 
@@ -64,7 +64,7 @@ struct chime_loop {
 
     /* The binding's own timers (timers.c): its loop tasks that are not
      * due yet, never in the pool's heap. All under mu. */
-    chime_theap timers;
+    chime_timer_heap timers;
     uint32_t next_seq;        /* FIFO among equal deadlines */
     size_t tasks;             /* accepted loop tasks not completed: in
                                  timers, ring or batch, or running;

@@ -79,7 +79,7 @@ discard_loop_oldest_unlock(struct chime_pool *p)
     {
         struct chime_loop *l = chime__container_of(ln, struct chime_loop, link);
         CHIME_LOCK_LOOP(&l->mu);
-        int64_t d = chime__theap_peek_deadline(&l->timers);
+        int64_t d = chime__timer_heap_peek_deadline(&l->timers);
         pthread_mutex_unlock(&l->mu);
         if (d < best_d) {
             best_d = d;
@@ -90,7 +90,7 @@ discard_loop_oldest_unlock(struct chime_pool *p)
         return false;
     struct chime_task *garbage = NULL;
     CHIME_LOCK_LOOP(&best->mu);
-    struct chime_task *victim = chime__theap_pop(&best->timers, NULL);
+    struct chime_task *victim = chime__timer_heap_pop(&best->timers, NULL);
     if (victim != NULL) {
         if (!chime__state_is_final(chime__task_state(victim)))
             chime__loop_complete_locked(best, victim, CHIME_TASK_REJECTED,

@@ -103,6 +103,9 @@ enum {
 #define CHIME_REF_ANNOT (UINT32_C(1) << 26)
 #define CHIME_REF_HANDLES (CHIME_REF_ANNOT - 1)
 
+/* task->heap_index of a task in no heap (heap.h, timer_heap.h). */
+#define CHIME_HEAP_NONE UINT32_MAX
+
 /* 40 bytes. Fields that are needed in different phases of a task's life
  * share storage (see the unions); a queued task's deadline lives in its
  * heap slot or ring entry (in the far run: defer_deadline). Its pool is
@@ -124,7 +127,8 @@ struct chime_task {
         struct {
             uint32_t seq;        /* queued: FIFO tie-break (pool mutex) */
             uint32_t heap_index; /* queued: heap slot (pool mutex), or
-                                    ring position (loop mutex) */
+                                    ring position (loop mutex);
+                                    CHIME_HEAP_NONE: neither */
         };
         int64_t run_deadline; /* running: the deadline of this run, or the
                                  re-arm target with CHIME_TF_REARM */

@@ -46,7 +46,7 @@
 
 #define CACHE_REFILL 64u /* nodes (and pool references) taken at once */
 
-static inline chime_theap_slot *
+static inline chime_timer_heap_slot *
 slot_of(struct chime_loop *l, const struct chime_task *t)
 {
     CHIME_ASSERT(t->heap_index < l->timers.len &&
@@ -65,7 +65,7 @@ int64_t
 chime__timers_deadline_locked(struct chime_loop *l, struct chime_task *t)
 {
     CHIME_ASSERT_HELD(&l->mu);
-    chime_theap_slot *s = slot_of(l, t);
+    chime_timer_heap_slot *s = slot_of(l, t);
     if (chime__task_kind(t) != CHIME_KIND_ONESHOT)
         return s->deadline;
     int64_t touched = chime__sat_add(activity(t), s->timeout);
@@ -259,7 +259,7 @@ push_locked(struct chime_loop *l, struct chime_task *t, int64_t deadline,
             int64_t now, int64_t since)
 {
     t->seq = l->next_seq++;
-    int rc = chime__theap_push(&l->timers, t, deadline);
+    int rc = chime__timer_heap_push(&l->timers, t, deadline);
     if (rc != 0)
         return rc;
     /* Posts made from now on read the clock to queue behind the timers
@@ -376,14 +376,14 @@ chime__timers_due_locked(struct chime_loop *l, int64_t now,
     CHIME_ASSERT_HELD(&l->mu);
     if (l->armed <= now)
         chime__ready_expired_locked(l);
-    chime_theap *h = &l->timers;
+    chime_timer_heap *h = &l->timers;
     while (h->len != 0 && h->slots[0].deadline <= now) {
         struct chime_task *t = h->slots[0].task;
         int64_t d = h->slots[0].deadline;
         if (chime__state_is_final(chime__task_state(t))) {
             /* Cancelled and retained until its deadline (remove_on_cancel
              * off). */
-            chime__theap_pop(h, NULL);
+            chime__timer_heap_pop(h, NULL);
             chime__loop_drop_locked(l, t, garbage);
             continue;
         }
@@ -392,13 +392,13 @@ chime__timers_due_locked(struct chime_loop *l, int64_t now,
             if (touched > d) {
                 /* Activity since it was armed: on to the rest of its
                  * timeout instead of running. */
-                chime__theap_update(h, t, touched);
+                chime__timer_heap_update(h, t, touched);
                 l->st.touch_requeues++;
                 continue;
             }
         }
         int64_t timeout = h->slots[0].timeout;
-        chime__theap_pop(h, NULL);
+        chime__timer_heap_pop(h, NULL);
         if (chime__ready_append_locked(l, t, d, timeout) != 0) {
             chime__loop_complete_locked(l, t, CHIME_TASK_FAILED, -ENOMEM);
             chime__loop_drop_locked(l, t, garbage);
@@ -468,7 +468,7 @@ chime__loop_cancel_locked(struct chime_loop *l, struct chime_task *t,
              * lazily), and the node goes back to the binding's cache as
              * soon as the last handle lets go. A shut-down pool waits for
              * this binding's tasks: out now, not at its deadline. */
-            chime__theap_remove(&l->timers, t);
+            chime__timer_heap_remove(&l->timers, t);
             chime__loop_drop_locked(l, t, garbage);
         }
         /* Otherwise retained (remove_on_cancel off, Java's behaviour):
@@ -496,7 +496,7 @@ chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
         if (oneshot)
             atomic_store_explicit(&t->activity, now, memory_order_relaxed);
     } else if (st == CHIME_TASK_BATCHED &&
-               !((rc = chime__theap_reserve(&l->timers)) == 0 &&
+               !((rc = chime__timer_heap_reserve(&l->timers)) == 0 &&
                  chime__ready_unbatch_locked(l, t))) {
         if (rc == 0) {
             /* The dispatch claimed it: it requeues it instead of running
@@ -514,14 +514,14 @@ chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
         /* Already due and waiting for its loop: back to the timers; it
          * will not run at its old time. */
         if (st == CHIME_TASK_BATCHED ||
-            (rc = chime__theap_reserve(&l->timers)) == 0) {
+            (rc = chime__timer_heap_reserve(&l->timers)) == 0) {
             if (st == CHIME_TASK_READY)
                 chime__ready_unqueue_locked(l, t);
             queue_again_locked(l, t, d, now, garbage);
         }
     } else {
         CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
-        chime_theap_slot *s = slot_of(l, t);
+        chime_timer_heap_slot *s = slot_of(l, t);
         /* A fresh sequence number: the re-armed task queues behind tasks
          * already due at the same instant, as a new submission would. */
         t->seq = l->next_seq++;
@@ -533,10 +533,10 @@ chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
             int64_t arm = d < now ? d : now;
             s->timeout = d - arm;
             atomic_store_explicit(&t->activity, arm, memory_order_relaxed);
-            chime__theap_update(&l->timers, t, d < s->deadline ? d
+            chime__timer_heap_update(&l->timers, t, d < s->deadline ? d
                                                                : s->deadline);
         } else {
-            chime__theap_update(&l->timers, t, d);
+            chime__timer_heap_update(&l->timers, t, d);
         }
         note_deadline_locked(l, d, now);
     }
@@ -553,7 +553,7 @@ chime__timers_delay_locked(struct chime_loop *l, struct chime_task *t,
         return -EALREADY;
     CHIME_ASSERT(chime__task_kind(t) != CHIME_KIND_ONESHOT);
     int64_t d = chime__sat_add(slot_of(l, t)->deadline, by);
-    chime__theap_update(&l->timers, t, d);
+    chime__timer_heap_update(&l->timers, t, d);
     note_deadline_locked(l, d, chime__pool_now(l->pool));
     return 0;
 }
@@ -570,7 +570,7 @@ chime__timers_take_locked(struct chime_loop *l,
                           void *ctx, struct chime_task **list)
 {
     CHIME_ASSERT_HELD(&l->mu);
-    return chime__theap_filter(&l->timers, drop, ctx, list);
+    return chime__timer_heap_filter(&l->timers, drop, ctx, list);
 }
 
 size_t
@@ -579,7 +579,7 @@ chime__timers_due_count_locked(struct chime_loop *l, int64_t now)
     CHIME_ASSERT_HELD(&l->mu);
     /* The heap's slots with a key <= now form a subtree at the root: walk
      * only it (O(due), not O(timers)). */
-    chime_theap *h = &l->timers;
+    chime_timer_heap *h = &l->timers;
     size_t n = 0;
     uint32_t stack[64 * 4], sp = 0;
     if (h->len != 0)
@@ -609,13 +609,13 @@ chime__timers_touched_locked(struct chime_loop *l, struct chime_task *t,
     if (timeout == 0 || chime__task_kind(t) != CHIME_KIND_ONESHOT)
         return false;
     int64_t touched = chime__sat_add(activity(t), timeout);
-    if (touched <= deadline || chime__theap_reserve(&l->timers) != 0)
+    if (touched <= deadline || chime__timer_heap_reserve(&l->timers) != 0)
         return false;
     /* Touched after it was found due (by a callback that ran since): back
      * to the timers for the rest of its timeout. */
     chime__task_set_state(t, CHIME_TASK_PENDING);
     t->seq = l->next_seq++;
-    chime__theap_push(&l->timers, t, touched); /* reserved: cannot fail */
+    chime__timer_heap_push(&l->timers, t, touched); /* reserved: cannot fail */
     if (!atomic_load_explicit(&l->has_timers, memory_order_relaxed))
         atomic_store_explicit(&l->has_timers, true, memory_order_relaxed);
     slot_of(l, t)->timeout = timeout;

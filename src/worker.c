@@ -325,7 +325,7 @@ heap_first_locked(struct chime_pool *p)
         int64_t d = atomic_load_explicit(&e->deadline, memory_order_relaxed);
         uint32_t seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
         /* A deferred re-arm's slot comes first among equal deadlines
-         * (heap_impl.h, slot_less); its task's number is not read: a
+         * (heap_tiers.h, chime__heap_slot_less); its task's number is not read: a
          * re-arm without the lock may be rewriting it (cancel.c). */
         if (hd != d ? hd < d
                     : ((top->flags & CHIME_TF_DEFER) ||

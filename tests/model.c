@@ -2646,7 +2646,7 @@ m_check_loop_queue(m_rig *r, int li)
     struct chime_task *pgarbage = NULL;
     if (!l->closed)
         (void)chime__post_flush_locked(l, &pgarbage);
-    int heap_ok = chime__theap_check(&l->timers);
+    int heap_ok = chime__timer_heap_check(&l->timers);
     uint32_t batch_n = l->batch_n;
     for (uint32_t i = 0; i < l->timers.len; i++) {
         struct chime_task *t = l->timers.slots[i].task;
@@ -2673,7 +2673,7 @@ m_check_loop_queue(m_rig *r, int li)
     pthread_mutex_unlock(&l->mu);
     chime__free_garbage(pgarbage);
     if (heap_ok != 0)
-        m_failf(r, "binding %d: chime__theap_check failed", li);
+        m_failf(r, "binding %d: chime__timer_heap_check failed", li);
     if (dup || foreign)
         m_failf(r, "binding %d: a timer is queued twice or unknown", li);
     if (batch_n != 0)
