@@ -14,7 +14,7 @@
 #        (ctest runs it on the build's chime_objects directory)
 set -euo pipefail
 
-order=(lib clock annot tz cron arena heap_near heap_far heap timer_heap dq slab ready context complete timers post inbox worker task submit cancel
+order=(lib clock task annot node tz cron arena slab heap_near heap_far heap timer_heap dq ready context complete timers post inbox worker handle submit cancel
     shutdown pool settle loop wall group metrics dump)
 
 dir=${1:?usage: scripts/layers.sh <objects directory>}
@@ -84,7 +84,8 @@ base=(common list spin)
 # include check reports without failing (issue 36).
 enforce_includes=0
 ibad=0
-declare -A owner=([dq_heap]=dq [heap_impl]=heap [internal]=dump)
+declare -A owner=([dq_heap]=dq [heap_tiers]=heap [heap_near]=heap [heap_far]=heap
+    [internal]=dump)
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../src" && pwd)
 for b in "${base[@]}"; do
     rank[$b]=-1

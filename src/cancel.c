@@ -155,7 +155,7 @@ cancel_fast(struct chime_task *t, struct chime_pool *p)
         return 0;
     }
     /* seq_cst after the CAS: a waiter counts itself, then reads the state
-     * (task.c). */
+     * (handle.c). */
     if (atomic_load(&p->waiters) != 0) {
         chime__pool_lock(p);
         pthread_cond_broadcast(&p->done_cv);

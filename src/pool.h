@@ -9,7 +9,7 @@
  *   shutdown.c  shutdown, shutdown_now, termination wait, destroy
  *   cancel.c    cancel and re-arm: the queued/ready/batched state machine
  *   submit.c    submission and the rejection policies
- *   task.c      handles: references, readers, wait, sleep
+ *   handle.c    handles: references, readers, wait, sleep
  *   worker.c    worker threads: take, run, settle
  *   timers.c    a binding's own timers, under the binding's lock only
  *   complete.c  completion, the pool's references, termination
@@ -21,6 +21,7 @@
 #include "clock.h"
 #include "heap.h"
 #include "list.h"
+#include "node.h"
 #include "ready.h"
 #include "slab.h"
 #include "task.h"

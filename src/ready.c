@@ -35,6 +35,7 @@
 #define _GNU_SOURCE
 #endif
 #include "clock.h"
+#include "node.h"
 #include "ready.h"
 #include "spin.h"
 

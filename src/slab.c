@@ -40,7 +40,7 @@
  */
 #include "slab.h"
 #include "spin.h"
-#include "task.h"
+#include "node.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -102,4 +102,16 @@ void chime__slab_free(struct chime_slab *s, struct chime_task *t);
 /* Frees every chunk: no node may be in use. */
 void chime__slab_destroy(struct chime_slab *s);
 
+struct chime_task;
+struct chime_pool;
+
+/* The pool a task belongs to (its slab chunk's owner: slab.h). Never
+ * dereferenced once the task has completed unless it holds a pool
+ * reference (the pool may be gone). */
+static inline struct chime_pool *
+chime__task_pool(const struct chime_task *t)
+{
+    return (struct chime_pool *)chime__slab_owner(t);
+}
+
 #endif

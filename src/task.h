@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* The task record: its layout, states, flags and reference word, and the
- * atomic accessors every layer uses (task.c holds the handle API). */
+ * atomic accessors every layer uses. node.h has the life of a task's node
+ * (free lists, dispose, finalizer); handle.c the handle API. */
 #ifndef CHIME_TASK_H
 #define CHIME_TASK_H
 
-#include "annot.h"
 #include "common.h"
-#include "slab.h"
 #include "spin.h"
 
 struct chime_pool;
@@ -70,7 +69,7 @@ enum {
  * CANCELLED under the lock the task settles under (the pool's or its
  * binding's) and wakes that lock's waiters: a waiting cancel
  * (CHIME_CANCEL_WAIT) and chime_group_wait sleep until then
- * (chime__task_wait_idle, task.c). docs/model/cancelwait.pml. */
+ * (chime__task_wait_idle, handle.c). docs/model/cancelwait.pml. */
 #define CHIME_TASK_CANCELLED_RUNNING 65
 /* A queued pool one-shot whose slot is deferred (CHIME_TF_DEFER): it may
  * be re-armed later without the pool's lock (cancel.c, rearm_fast), which
@@ -147,15 +146,6 @@ struct chime_task {
     uint16_t loop_id;      /* immutable: 0, or 1 + the binding's slot in
                               pool->loop_table */
 };
-
-/* The pool a task belongs to (its slab chunk's owner: slab.h). Never
- * dereferenced once the task has completed unless it holds a pool
- * reference (the pool may be gone). */
-static inline struct chime_pool *
-chime__task_pool(const struct chime_task *t)
-{
-    return (struct chime_pool *)chime__slab_owner(t);
-}
 
 /* The state as stored: CHIME_TASK_CANCELLED_FAST stays itself. */
 static inline int
@@ -325,77 +315,6 @@ chime__task_interrupt(struct chime_task *t)
     CHIME_HB_BEFORE(&t->refs);
     atomic_fetch_or_explicit(&t->refs, CHIME_REF_INTERRUPTED,
                              memory_order_release);
-}
-
-/* Free task nodes: the free-list link sits in the node's first word and
- * a prefetch hint in its second (chime__node_skip); the rest is poisoned
- * under ASan, so a use after free of a task is still reported although
- * its memory is only recycled. */
-static inline struct chime_task **
-chime__node_link(struct chime_task *t)
-{
-    return (struct chime_task **)(void *)t;
-}
-/* A free node's second word: a node further down the same free list
- * (CHIME_NODE_AHEAD links on in a worker's free batch), or anything else
- * (NULL, or a stale word of the task the node held: only ever prefetched,
- * which never faults). A producer that pops the node fetches that one, so
- * the nodes it pops next, freed by workers on other cores, arrive while
- * it fills the ones before them in (a linked list alone fetches one ahead
- * at most). */
-#define CHIME_NODE_AHEAD 8u
-static inline struct chime_task **
-chime__node_skip(struct chime_task *t)
-{
-    return (struct chime_task **)(void *)((char *)t + sizeof(void *));
-}
-/* Starts fetching the nodes after t, a free node just popped (its link
- * already read): the next one and the one CHIME_NODE_AHEAD on. */
-static inline void
-chime__node_prefetch_after(struct chime_task *t, struct chime_task *next)
-{
-    if (next != NULL)
-        __builtin_prefetch(next, 1);
-    struct chime_task *ahead = *chime__node_skip(t);
-    if (ahead != NULL)
-        __builtin_prefetch(ahead, 1);
-}
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define chime__node_freed(t)                                                   \
-    ASAN_POISON_MEMORY_REGION((char *)(t) + 2 * sizeof(void *),                \
-                              sizeof(struct chime_task) - 2 * sizeof(void *))
-#define chime__node_reused(t)                                                  \
-    ASAN_UNPOISON_MEMORY_REGION((t), sizeof(struct chime_task))
-#else
-#define chime__node_freed(t) ((void)0)
-#define chime__node_reused(t) ((void)0)
-#endif
-
-/* t is about to be freed (no handle, no pool reference left): its
- * finalizer, if it has one, is called now. Every free of a task that was
- * submitted calls this first, with no chime lock held. */
-static inline void
-chime__task_finalize(struct chime_task *t)
-{
-    if (atomic_load_explicit(&t->refs, memory_order_relaxed) &
-        CHIME_REF_ANNOT)
-        chime__annot_finalize(t);
-}
-
-/* A task's node becomes free: its annotation record (if any) goes, then
- * the node is poisoned. Every free of a node that held a task goes
- * through here (a fresh chunk's nodes through chime__node_freed). */
-static inline void
-chime__node_dispose(struct chime_task *t)
-{
-    if (atomic_load_explicit(&t->refs, memory_order_relaxed) &
-        CHIME_REF_ANNOT) {
-        chime__annot_drop(t);
-        atomic_fetch_and_explicit(&t->refs, ~CHIME_REF_ANNOT,
-                                  memory_order_relaxed);
-    }
-    chime__node_freed(t);
 }
 
 #endif

@@ -818,7 +818,7 @@ run_due(struct chime_pool *p, struct chime_worker *w)
             atomic_store_explicit(&w->running, 0, memory_order_relaxed);
             if (chime__task_cas_state(t, &st, CHIME_TASK_DONE)) {
                 /* seq_cst after the CAS: a waiter counts itself, then
-                 * reads the state (task.c). */
+                 * reads the state (handle.c). */
                 if (atomic_load(&p->waiters) != 0)
                     wake_waiters(p);
                 w->done[w->ndone++] = t;

@@ -3,7 +3,7 @@
  * chime: the waiting cancel (CHIME_CANCEL_WAIT, issue 35): a cancel that
  * returns only once no callback of the task runs, so that its caller may
  * free the argument. src/cancel.c (chime__cancel_locked,
- * chime__loop_cancel_locked, chime_task_cancel), src/task.c
+ * chime__loop_cancel_locked, chime_task_cancel), src/handle.c
  * (chime__task_wait_idle), src/worker.c (run_due's lock-free completion,
  * chime__settle_locked), src/complete.c (chime__cancel_ran_locked),
  * src/timers.c (chime__loop_settle_locked), as a Promela model for SPIN.

@@ -7,7 +7,7 @@
  *               signal, release_garbage and its re-check), run_locked +
  *               chime__settle_locked (a requeue that makes a new head),
  *               chime__new_head_locked, chime__submit (the offer);
- *   src/task.c  chime_task_cancel, chime_task_rearm (queued, ready and
+ *   src/handle.c  chime_task_cancel, chime_task_rearm (queued, ready and
  *               running); a cancelled queued task stays in the heap (lazy or
  *               retained) until a worker finds it at the head, or a
  *               compaction / purge takes it out.

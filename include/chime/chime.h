@@ -149,7 +149,8 @@ typedef struct chime_task chime_task;
  * chime_pool_destroy() (a loop binding is still open), from the loop
  * calls and from chime_task_touch() (too late); -ESHUTDOWN from a closed binding or a shut-down pool; -EALREADY
  * from a second close or a task already completed.
- * @param err 0, a negative errno, CHIME_EFAILED or CHIME_EREJECTED.
+ * @param err 0, a negative errno, CHIME_EFAILED, CHIME_EREJECTED, or
+ * CHIME_CANCELLED_RUNNING (chime_task_cancel()'s positive result).
  * @return A static, never-NULL string; "unknown error" for a code no chime
  * function returns.
  * @par Thread-safety:

@@ -100,7 +100,7 @@ conn_free(conn *c, bool from_timer)
     conn_unlink(c);
     if (!from_timer && c->timer != NULL) {
         int rc = chime_task_cancel(c->timer, 0);
-        if (rc != 0 && rc != -EALREADY)
+        if (rc < 0 && rc != -EALREADY)
             atomic_fetch_add(&c->srv->errors, 1);
     }
     chime_task_release(c->timer);

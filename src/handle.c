@@ -378,6 +378,8 @@ chime_strerror(int err)
     switch (err) {
     case 0:
         return "success";
+    case CHIME_CANCELLED_RUNNING:
+        return "cancelled during a run in progress (the run finishes)";
     case CHIME_EFAILED:
         return "task callback failed";
     case CHIME_EREJECTED:
