@@ -12,7 +12,7 @@
 #        (ctest runs it on the build's chime_objects directory)
 set -euo pipefail
 
-order=(lib clock annot tz cron arena heap dq slab ready context complete timers post inbox worker task submit cancel
+order=(lib clock annot tz cron arena heap dq slab ready context complete timers post inbox due worker task submit cancel
     shutdown pool settle loop wall group metrics dump)
 
 dir=${1:?usage: scripts/layers.sh <objects directory>}
