@@ -49,7 +49,8 @@ chime__can_run_locked(struct chime_pool *p, struct chime_task *t, int64_t deadli
 /* Moves the due head of the heap into the worker's ring while there is
  * room; now is a time read before. Returns how many moved. */
 unsigned
-chime__due_fill_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
+chime__due_fill_locked(struct chime_pool *p, struct chime_worker *w,
+                       int64_t now)
 {
     CHIME_ASSERT_HELD(&p->mu);
     struct chime_due_ring *r = w->ring;

@@ -67,186 +67,193 @@ release_garbage(struct chime_pool *p, struct chime_worker *w)
     return true;
 }
 
-/* A worker leaves take_locked to run tasks. If nobody times the heap and
- * a worker sleeps idle, the inbox's iwake may be stale (INT64_MIN left by
- * a producer's wake, or the old leader's deadline) and a submission would
- * wake nobody while this worker runs its callbacks: arm it for any
- * submission, or wake the sleeper if the inbox is not empty
- * (docs/model/inbox.pml, BUG_NO_ARM_BEFORE_RUN). */
-static void
-leave_to_run_locked(struct chime_pool *p)
+/* A worker leaves take_locked to run the tasks of ring r (its own, or one
+ * it helps with). If nobody times the heap and a worker sleeps idle, the
+ * inbox's iwake may be stale (INT64_MIN left by a producer's wake, or the
+ * old leader's deadline) and a submission would wake nobody while this
+ * worker runs its callbacks: arm it for any submission, or wake the
+ * sleeper if the inbox is not empty (docs/model/inbox.pml,
+ * BUG_NO_ARM_BEFORE_RUN). Returns true: take_locked's answer. */
+static bool
+leave_to_run_locked(struct chime_pool *p, struct chime_worker *w,
+                    struct chime_due_ring *r)
 {
+    w->claim_from = r;
     if (p->leader == NULL && p->st.idle_waiters != 0 &&
         !chime__inbox_arm_locked(p, true, INT64_MAX))
         pthread_cond_signal(&p->follower_cv);
+    return true;
 }
 
-/* Takes the next due task, waiting as leader or follower: returns true
- * when w->claim_from has tasks to claim (the worker's own ring, filled
- * from the heap if its head was due, or another one it helps with),
- * false when this worker must exit (then nthreads has been
- * decremented). */
+/* The rings' order went stale (due_stale: a head that may come before
+ * their entries entered the heap): if the heap's head does come first,
+ * the rings go back into the heap. Returns true if they did. */
 static bool
-take_locked(struct chime_pool *p, struct chime_worker *w)
+return_stale_rings_locked(struct chime_pool *p, struct chime_worker *w)
 {
-    CHIME_ASSERT_HELD(&p->mu);
-    int64_t now = INT64_MIN; /* a time read in this call: due if <= */
-    struct chime_due_ring *help = chime__due_stuck_ring(p, w);
-    for (;;) {
-        if (p->run_state >= CHIME_POOL_STOP)
-            break;
+    if (!atomic_load_explicit(&p->due_stale, memory_order_relaxed))
+        return false;
+    atomic_store_explicit(&p->due_stale, false, memory_order_relaxed);
+    if (!chime__due_heap_first_locked(p))
+        return false;
+    chime__due_return_locked(p, &w->garbage);
+    return true;
+}
+
+/* Is this worker surplus (core lowered, or the on-demand worker of a
+ * zero-core pool)? A zero-core pool keeps one while tasks wait. */
+static bool
+surplus_locked(struct chime_pool *p)
+{
+    unsigned keep = p->core ? p->core
+                            : (chime__heap_live(&p->heap) ||
+                                       chime__due_any_locked(p)
+                                   ? 1
+                                   : 0);
+    return p->nthreads > keep;
+}
+
+/* What a look at the heap's head found. */
+enum head_look {
+    HEAD_NONE,  /* the heap is empty */
+    HEAD_AGAIN, /* the head moved (a deferred re-arm) or went (cancelled) */
+    HEAD_DUE,   /* due at *now */
+    HEAD_LATER, /* due at *deadline, after *now */
+};
+
+/* Looks at the heap's head: moves or drops one that is not a live task at
+ * its slot's deadline, and reads the clock (into *now) when the head is
+ * not due at the time read before. */
+static enum head_look
+look_at_head_locked(struct chime_pool *p, struct chime_worker *w,
+                    int64_t *now, int64_t *deadline)
+{
+    struct chime_task *t = chime__heap_peek(&p->heap);
+    if (t == NULL)
+        return HEAD_NONE;
+    bool final = chime__state_is_final(chime__task_state(t));
+    /* A re-armed task's old slot reached the head: move it to its
+     * real deadline (its sequence number is the re-arm's). A retained
+     * cancelled one too: it stays queued until then. */
+    if (!(t->flags & CHIME_TF_LAZY) && chime__undefer_locked(&p->heap, t))
+        return HEAD_AGAIN;
+    if (final) {
+        /* Cancelled: lazily removed, or retained (remove_on_cancel off)
+         * until this, its deadline. */
+        chime__heap_pop(&p->heap, NULL);
+        chime__drop_locked(t, &w->garbage);
+        return HEAD_AGAIN;
+    }
+    int64_t d = chime__heap_peek_deadline(&p->heap);
+    if (d > *now) {
+        *now = chime__pool_now(p);
+        /* Submissions made before the time just read are in the heap
+         * before that time is used: the inbox was looked at before
+         * the read, and a producer may have submitted and then moved
+         * a custom clock meanwhile (a later head would otherwise run
+         * first; test_clock's tasks_run_in_order_of_their_delays
+         * failed 4 times in 300). */
         chime__inbox_take_locked(p);
-        if (atomic_load_explicit(&p->due_stale, memory_order_relaxed)) {
-            atomic_store_explicit(&p->due_stale, false, memory_order_relaxed);
-            if (chime__due_heap_first_locked(p)) {
-                chime__due_return_locked(p, &w->garbage);
-                help = NULL;
-                continue;
-            }
-        }
-        size_t avail = chime__due_avail(w->ring);
-        /* Surplus workers leave (core lowered, or the on-demand worker of
-         * a zero-core pool). A zero-core pool keeps one while tasks wait. */
-        unsigned keep = p->core ? p->core
-                                : (chime__heap_live(&p->heap) ||
-                                           chime__due_any_locked(p)
-                                       ? 1
-                                       : 0);
-        if (p->nthreads > keep)
-            break;
-        if (avail != 0) {
-            w->claim_from = w->ring;
-            leave_to_run_locked(p);
-            return true;
-        }
-        if (help != NULL && chime__due_avail(help) != 0)
-            goto help;
-        struct chime_task *t = chime__heap_peek(&p->heap);
-        if (t == NULL) {
-            if ((help = chime__due_other_ring(p, w)) != NULL)
-                goto help;
-            if (p->run_state >= CHIME_POOL_SHUTDOWN)
-                break;
-            goto idle;
-        }
-        bool final = chime__state_is_final(chime__task_state(t));
-        /* A re-armed task's old slot reached the head: move it to its
-         * real deadline (its sequence number is the re-arm's). A retained
-         * cancelled one too: it stays queued until then. */
-        if (!(t->flags & CHIME_TF_LAZY) && chime__undefer_locked(&p->heap, t))
-            continue;
-        if (final) {
-            /* Cancelled: lazily removed, or retained (remove_on_cancel off)
-             * until this, its deadline. */
-            chime__heap_pop(&p->heap, NULL);
-            chime__drop_locked(t, &w->garbage);
-            continue;
-        }
-        int64_t deadline = chime__heap_peek_deadline(&p->heap);
-        if (deadline > now) {
-            now = chime__pool_now(p);
-            /* Submissions made before the time just read are in the heap
-             * before that time is used: the inbox was looked at before
-             * the read, and a producer may have submitted and then moved
-             * a custom clock meanwhile (a later head would otherwise run
-             * first; test_clock's tasks_run_in_order_of_their_delays
-             * failed 4 times in 300). */
-            chime__inbox_take_locked(p);
-            /* The near window's buckets open as their time comes. */
-            p->heap.near_hint = now;
-            deadline = chime__heap_peek_deadline(&p->heap);
-        }
-        if (deadline <= now) {
-            unsigned n = chime__due_fill_locked(p, w, now);
-            /* Leadership passes on if tasks remain with nobody timing
-             * them; or one more worker helps with a batch: a follower,
-             * or else the leader (it claims too, then looks again), so
-             * that a batch never waits behind one long callback while
-             * another worker sleeps. */
-            unsigned followers =
-                p->st.idle_waiters - (p->leader != NULL && p->clock != NULL);
-            if (n > 1 && followers == 0 && p->leader != NULL)
-                pthread_cond_signal(&p->leader_cv);
-            else if ((p->leader == NULL &&
-                      chime__heap_live(&p->heap) != 0) ||
-                     n > 1)
-                pthread_cond_signal(&p->follower_cv);
-            w->claim_from = w->ring;
-            leave_to_run_locked(p);
-            return true;
-        }
-        /* Nothing due in the heap: help with another ring's. */
-        if ((help = chime__due_other_ring(p, w)) != NULL)
-            goto help;
-        if (p->leader != NULL)
-            goto idle;
-        if (release_garbage(p, w)) {
-            now = INT64_MIN;
-            continue; /* the lock was dropped: decide again */
-        }
-        /* Submissions through the inbox due before the head wake it. */
-        if (!chime__inbox_arm_locked(p, true, deadline)) {
-            now = INT64_MIN;
-            continue;
-        }
-        /* Become the leader: the only timed waiter. */
-        p->leader = w;
-        if (p->clock) {
-            /* Custom clock: time moves only when we are told, so the
-             * leader's wait is untimed (and counted as such). */
-            p->st.idle_waiters++;
-            chime__settle_wake_locked(p);
-            pthread_cond_wait(&p->leader_cv, &p->mu);
-            p->st.idle_waiters--;
-        } else {
-            int64_t until = deadline;
-            if (until - now > LEADER_MAX_WAIT)
-                until = now + LEADER_MAX_WAIT;
-            /* The condition waits on CLOCK_MONOTONIC (no other clock for
-             * it): a CLOCK_BOOTTIME deadline as the same distance from
-             * now, in slices of BOOTTIME_SLICE, since a suspend in between
-             * stops CLOCK_MONOTONIC: after a resume the leader looks at
-             * the time again within a slice. */
-            if (p->clock_id == CLOCK_BOOTTIME) {
-                if (until - now > BOOTTIME_SLICE)
-                    until = now + BOOTTIME_SLICE;
-                until = chime__sat_add(chime__monotonic_ns(), until - now);
-            }
-            struct timespec ts = chime__abs_timespec(until);
-            p->st.timed_waiters++;
-            p->st.timed_waits++;
-            chime__settle_wake_locked(p);
-            if (p->st.timed_waiters > p->st.max_timed_waiters)
-                p->st.max_timed_waiters = p->st.timed_waiters;
-            pthread_cond_timedwait(&p->leader_cv, &p->mu, &ts);
-            p->st.timed_waiters--;
-        }
-        if (p->leader == w)
-            p->leader = NULL;
-        now = INT64_MIN;
-        continue;
-    idle:
-        if (release_garbage(p, w)) {
-            now = INT64_MIN;
-            continue;
-        }
-        /* With a leader, it times the inbox too; without one, any
-         * submission wakes a worker. */
-        if (!chime__inbox_arm_locked(p, p->leader == NULL, INT64_MAX)) {
-            now = INT64_MIN;
-            continue;
-        }
+        /* The near window's buckets open as their time comes. */
+        p->heap.near_hint = *now;
+        d = chime__heap_peek_deadline(&p->heap);
+    }
+    *deadline = d;
+    return d <= *now ? HEAD_DUE : HEAD_LATER;
+}
+
+/* The head is due: fill this worker's ring from the heap, then wake who
+ * must be woken. */
+static void
+take_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
+{
+    unsigned n = chime__due_fill_locked(p, w, now);
+    /* Leadership passes on if tasks remain with nobody timing
+     * them; or one more worker helps with a batch: a follower,
+     * or else the leader (it claims too, then looks again), so
+     * that a batch never waits behind one long callback while
+     * another worker sleeps. */
+    unsigned followers =
+        p->st.idle_waiters - (p->leader != NULL && p->clock != NULL);
+    if (n > 1 && followers == 0 && p->leader != NULL)
+        pthread_cond_signal(&p->leader_cv);
+    else if ((p->leader == NULL &&
+              chime__heap_live(&p->heap) != 0) ||
+             n > 1)
+        pthread_cond_signal(&p->follower_cv);
+}
+
+/* Nothing due and no leader: become the leader, the only timed waiter,
+ * until the head's deadline (or the next submission due before it).
+ * Returns at once, without waiting, if it had to drop the lock or the
+ * inbox is not empty: the caller looks again in any case. */
+static void
+lead_locked(struct chime_pool *p, struct chime_worker *w, int64_t deadline,
+            int64_t now)
+{
+    if (release_garbage(p, w))
+        return; /* the lock was dropped: decide again */
+    /* Submissions through the inbox due before the head wake it. */
+    if (!chime__inbox_arm_locked(p, true, deadline))
+        return;
+    p->leader = w;
+    if (p->clock) {
+        /* Custom clock: time moves only when we are told, so the
+         * leader's wait is untimed (and counted as such). */
         p->st.idle_waiters++;
         chime__settle_wake_locked(p);
-        pthread_cond_wait(&p->follower_cv, &p->mu);
+        pthread_cond_wait(&p->leader_cv, &p->mu);
         p->st.idle_waiters--;
-        now = INT64_MIN;
-        continue;
-    help:
-        w->claim_from = help;
-        leave_to_run_locked(p);
-        return true;
+    } else {
+        int64_t until = deadline;
+        if (until - now > LEADER_MAX_WAIT)
+            until = now + LEADER_MAX_WAIT;
+        /* The condition waits on CLOCK_MONOTONIC (no other clock for
+         * it): a CLOCK_BOOTTIME deadline as the same distance from
+         * now, in slices of BOOTTIME_SLICE, since a suspend in between
+         * stops CLOCK_MONOTONIC: after a resume the leader looks at
+         * the time again within a slice. */
+        if (p->clock_id == CLOCK_BOOTTIME) {
+            if (until - now > BOOTTIME_SLICE)
+                until = now + BOOTTIME_SLICE;
+            until = chime__sat_add(chime__monotonic_ns(), until - now);
+        }
+        struct timespec ts = chime__abs_timespec(until);
+        p->st.timed_waiters++;
+        p->st.timed_waits++;
+        chime__settle_wake_locked(p);
+        if (p->st.timed_waiters > p->st.max_timed_waiters)
+            p->st.max_timed_waiters = p->st.timed_waiters;
+        pthread_cond_timedwait(&p->leader_cv, &p->mu, &ts);
+        p->st.timed_waiters--;
     }
+    if (p->leader == w)
+        p->leader = NULL;
+}
+
+/* Nothing due, and a leader times the heap (or the heap is empty): wait
+ * untimed as a follower. Returns at once, without waiting, if it had to
+ * drop the lock or the inbox is not empty. */
+static void
+follow_locked(struct chime_pool *p, struct chime_worker *w)
+{
+    if (release_garbage(p, w))
+        return;
+    /* With a leader, it times the inbox too; without one, any
+     * submission wakes a worker. */
+    if (!chime__inbox_arm_locked(p, p->leader == NULL, INT64_MAX))
+        return;
+    p->st.idle_waiters++;
+    chime__settle_wake_locked(p);
+    pthread_cond_wait(&p->follower_cv, &p->mu);
+    p->st.idle_waiters--;
+}
+
+/* This worker exits: gives its slot back and hands on what it leaves
+ * (its ring's tasks, or the watch of the heap). */
+static void
+exit_locked(struct chime_pool *p, struct chime_worker *w)
+{
     p->nthreads--;
     chime__settle_wake_locked(p);
     chime__inbox_update_locked(p);
@@ -259,6 +266,59 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
     } else if (p->leader == NULL && chime__heap_live(&p->heap) != 0) {
         pthread_cond_signal(&p->follower_cv);
     }
+}
+
+/* Takes the next due task, waiting as leader or follower: returns true
+ * when w->claim_from has tasks to claim (the worker's own ring, filled
+ * from the heap if its head was due, or another one it helps with),
+ * false when this worker must exit (then nthreads has been
+ * decremented). The steps (docs/design.md, "Worker pool"): a ring with
+ * entries first (its own, or a stuck one to help with); then the heap's
+ * head: due, take it (take_due_locked); not due, help with another ring,
+ * else wait as a follower if there is a leader (follow_locked), else as
+ * the leader (lead_locked). After any wait, or a drop of the lock, it
+ * looks at everything again with a fresh time. */
+static bool
+take_locked(struct chime_pool *p, struct chime_worker *w)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    int64_t now = INT64_MIN; /* a time read in this call: due if <= */
+    struct chime_due_ring *help = chime__due_stuck_ring(p, w);
+    for (;;) {
+        if (p->run_state >= CHIME_POOL_STOP)
+            break;
+        chime__inbox_take_locked(p);
+        if (return_stale_rings_locked(p, w)) {
+            help = NULL;
+            continue;
+        }
+        size_t avail = chime__due_avail(w->ring);
+        if (surplus_locked(p))
+            break;
+        if (avail != 0)
+            return leave_to_run_locked(p, w, w->ring);
+        if (help != NULL && chime__due_avail(help) != 0)
+            return leave_to_run_locked(p, w, help);
+        int64_t deadline = INT64_MAX; /* set unless HEAD_NONE or HEAD_AGAIN */
+        enum head_look head = look_at_head_locked(p, w, &now, &deadline);
+        if (head == HEAD_AGAIN)
+            continue;
+        if (head == HEAD_DUE) {
+            take_due_locked(p, w, now);
+            return leave_to_run_locked(p, w, w->ring);
+        }
+        /* Nothing due in the heap: help with another ring's. */
+        if ((help = chime__due_other_ring(p, w)) != NULL)
+            return leave_to_run_locked(p, w, help);
+        if (head == HEAD_NONE && p->run_state >= CHIME_POOL_SHUTDOWN)
+            break;
+        if (head == HEAD_NONE || p->leader != NULL)
+            follow_locked(p, w);
+        else
+            lead_locked(p, w, deadline, now);
+        now = INT64_MIN;
+    }
+    exit_locked(p, w);
     return false;
 }
 
