@@ -20,8 +20,7 @@
  * - Order: each ring is in (deadline, seq) order. A head that must come
  *   before a ring's entries sets due_stale; the next turn puts the rings
  *   back into the heap with their keys (chime__due_return_locked).
- * - Lock: pool->mu for everything here but the claim (and the inline
- *   choice of a ring to help with, which reads heads only).
+ * - Lock: pool->mu for everything here; the claim (due.h) takes none.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

@@ -4,8 +4,8 @@
  * records, chime__due_avail and chime__due_any_locked are in pool.h, with
  * the pool record that holds the rings. Not API.
  *
- * The claim and the choice of a ring to help with are inline: the worker
- * claims once per task and chooses once per turn, without the lock. */
+ * The claim (once per task, no lock) and the choice of a ring to help with
+ * (once per turn, under the lock) are inline: the worker's hot path. */
 #ifndef CHIME_DUE_H
 #define CHIME_DUE_H
 
