@@ -14,7 +14,7 @@
 #        (ctest runs it on the build's chime_objects directory)
 set -euo pipefail
 
-order=(lib clock task annot node tz cron arena slab heap_near heap_far heap timer_heap dq ready context complete timers post inbox worker handle submit cancel
+order=(lib clock task annot node tz cron arena slab heap_near heap_far heap timer_heap dq ready context complete timers post inbox due worker handle submit cancel
     shutdown pool settle loop wall group metrics dump)
 
 dir=${1:?usage: scripts/layers.sh <objects directory>}

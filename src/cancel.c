@@ -85,7 +85,7 @@ chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
     if (st == CHIME_TASK_RUNNING || st == CHIME_TASK_RUN_REARMED) {
         /* The callback finishes its current run; whoever runs it sees the
          * final state afterwards, discards the result, stores CANCELLED
-         * (chime__settle_locked: a waiting cancel wakes) and drops the
+         * (settle_locked in worker.c: a waiting cancel wakes) and drops the
          * task. */
         if (flags & CHIME_CANCEL_INTERRUPT)
             chime__task_interrupt(t);

@@ -4,6 +4,7 @@
 #ifndef CHIME_INTERNAL_H
 #define CHIME_INTERNAL_H
 
+#include "due.h"
 #include "inbox.h"
 #include "pool.h"
 

@@ -292,6 +292,245 @@ any_ready(struct chime_loop *l)
  * wake-up): about a microsecond. */
 #define IDLE_SPINS 64
 
+/* One chime_loop_dispatch() call's running totals. */
+struct dispatch {
+    struct chime_loop *l;
+    struct chime_pool *p;
+    int n;          /* callbacks run */
+    size_t dropped; /* tasks the binding let go of: chime__loop_dropped */
+    struct chime_task *freed;   /* settled unlocked: freed under loop->mu */
+    struct chime_task *garbage; /* to free with no chime lock held */
+};
+
+/* One batch: taken off the ring in one critical section, run unlocked. */
+struct batch {
+    uint32_t k;  /* slots filled */
+    bool timed;  /* a task with a deadline: lateness */
+    /* Each one's deadline, read under the lock: once claimed a running
+     * task's run_deadline may be re-armed meanwhile. */
+    int64_t dls[CHIME_LOOP_BATCH];
+    uint32_t hist[CHIME_LATENESS_BUCKETS]; /* set only if timed */
+    uint64_t late_sum;
+    int ran, fast; /* callbacks run; of those, settled without a lock */
+};
+
+/* The start of a dispatch (loop->mu held): names the loop thread if no
+ * one did, marks the binding as dispatching and takes the wake-up token
+ * back. Returns 0, or what chime_loop_dispatch() returns (nothing done). */
+static int
+begin_dispatch_locked(struct chime_loop *l)
+{
+    if (l->closed)
+        return -ESHUTDOWN;
+    if (!l->has_owner) {
+        l->owner = pthread_self();
+        l->has_owner = true;
+    } else if (!chime__ready_on_loop_thread_locked(l)) {
+        return -EPERM;
+    }
+    if (l->dispatching)
+        return -EBUSY;
+    l->dispatching = true;
+    l->st.dispatch_calls++;
+    chime__ready_wakeup_locked(l);
+    return 0;
+}
+
+/* Moves what became ready into the ring: the posts taken so far first
+ * (they became ready before these timers), then the timers due now. */
+static void
+move_ready_locked(struct dispatch *d)
+{
+    struct chime_loop *l = d->l;
+    if (l->timers.len != 0 || l->armed != INT64_MAX) {
+        if (l->cposts != NULL || chime__post_any(l))
+            d->dropped += chime__post_flush_locked(l, &d->garbage);
+        size_t before = l->tasks;
+        chime__timers_due_locked(l, chime__pool_now(d->p), &d->garbage);
+        d->dropped += before - l->tasks;
+    }
+}
+
+/* Takes up to want tasks off the ring into the batch slots (state
+ * BATCHED); a touched timer moves on instead. Sets b->k and b->timed. */
+static void
+take_batch_locked(struct chime_loop *l, uint32_t want, struct batch *b)
+{
+    uint32_t k = 0;
+    bool timed = false;
+    while (k < want) {
+        int64_t deadline, timeout;
+        struct chime_task *t =
+            chime__ready_pop_locked(l, &deadline, &timeout);
+        if (t == NULL)
+            break;
+        if (timeout != 0 &&
+            chime__timers_touched_locked(l, t, deadline, timeout))
+            continue;
+        t->run_deadline = deadline;
+        timed |= deadline != 0;
+        b->dls[k] = deadline;
+        atomic_store_explicit(&t->state, CHIME_TASK_BATCHED,
+                              memory_order_relaxed);
+        atomic_store_explicit(&l->batch[k++], t,
+                              memory_order_relaxed);
+    }
+    b->k = k;
+    b->timed = timed;
+}
+
+/* Runs the batch, loop->mu not held: claims each slot, starts its task
+ * (or finds it taken away), runs the callback and settles it, without a
+ * lock when it can (settle_unlocked), else under loop->mu. */
+static void
+run_batch(struct dispatch *d, struct batch *b)
+{
+    struct chime_loop *l = d->l;
+    /* Lateness: the batch's start, one clock read per batch (as
+     * the pool's workers take it); posts have no deadline. */
+    int64_t bnow = b->timed ? chime__pool_now(d->p) : 0;
+    b->late_sum = 0;
+    if (b->timed)
+        memset(b->hist, 0, sizeof(b->hist));
+
+    b->ran = 0;
+    b->fast = 0;
+    for (uint32_t i = 0; i < b->k; i++) {
+        struct chime_task *t = chime__slot_claim(&l->batch[i]);
+        if (t == NULL)
+            continue; /* taken away before it started */
+        int8_t exp;
+        if (!start_claimed(t, &exp)) {
+            CHIME_LOCK_LOOP(&l->mu);
+            size_t before = l->tasks;
+            chime__loop_stolen_locked(l, t, exp, &d->garbage);
+            d->dropped += before - l->tasks;
+            pthread_mutex_unlock(&l->mu);
+            continue;
+        }
+        if (b->timed && b->dls[i] != 0) {
+            int64_t late = bnow - b->dls[i];
+            b->hist[chime__late_bucket(late)]++;
+            if (late > 0)
+                b->late_sum += (uint64_t)late;
+        }
+        atomic_store_explicit(&l->current, t, memory_order_relaxed);
+        void *result;
+        int rc = chime__invoke(d->p, t, &result);
+        atomic_store_explicit(&l->current, NULL,
+                              memory_order_relaxed);
+
+        if (settle_unlocked(t, rc, &d->freed)) {
+            b->fast++;
+        } else {
+            CHIME_LOCK_LOOP(&l->mu);
+            size_t before = l->tasks;
+            chime__loop_settle_locked(l, t, rc, result, &d->garbage);
+            d->dropped += before - l->tasks;
+            pthread_mutex_unlock(&l->mu);
+        }
+        b->ran++;
+    }
+}
+
+/* The end of a batch, loop->mu held again: its counters, and the nodes of
+ * the tasks settled without a lock back to the binding's caches. */
+static void
+end_batch_locked(struct dispatch *d, const struct batch *b)
+{
+    struct chime_loop *l = d->l;
+    l->batch_n = 0;
+    l->st.dispatched += (uint64_t)b->ran;
+    if (b->timed) {
+        for (unsigned i = 0; i < CHIME_LATENESS_BUCKETS; i++)
+            l->st.lateness[i] += b->hist[i];
+        l->st.lateness_sum_ns += b->late_sum;
+    }
+    l->pst.completed += (uint64_t)b->fast;
+    CHIME_ASSERT(l->tasks >= (size_t)b->fast);
+    l->tasks -= (size_t)b->fast;
+    d->dropped += (size_t)b->fast;
+    d->n += b->ran;
+    while (d->freed) {
+        struct chime_task *f = d->freed;
+        d->freed = *chime__node_link(f);
+        if (atomic_load_explicit(&f->refs, memory_order_relaxed) &
+            CHIME_REF_POOLREF)
+            chime__loop_free_locked(l, f);
+        else
+            chime__post_recycle_locked(l, f);
+    }
+}
+
+/* Runs batches until the batch limit, the binding closes or nothing is
+ * ready (loop->mu held, released while each batch runs). Posts join the
+ * ring (behind the timers due when they were made), then what is due now;
+ * then a batch is taken in one critical section; each task is started (or
+ * found taken away) through its slot. */
+static void
+run_batches_locked(struct dispatch *d)
+{
+    struct chime_loop *l = d->l;
+    while ((unsigned)d->n < l->batch_limit && !l->closed) {
+        move_ready_locked(d);
+        uint32_t want = l->batch_limit - (unsigned)d->n;
+        if (want > CHIME_LOOP_BATCH)
+            want = CHIME_LOOP_BATCH;
+        struct batch b;
+        take_batch_locked(l, want, &b);
+        if (b.k == 0)
+            break;
+        l->batch_n = b.k;
+        pthread_mutex_unlock(&l->mu);
+        chime__free_garbage(d->garbage);
+        d->garbage = NULL;
+        run_batch(d, &b);
+        CHIME_LOCK_LOOP(&l->mu);
+        end_batch_locked(d, &b);
+    }
+}
+
+/* Is work left after the batches (the batch limit stopped them)? */
+static bool
+work_left_locked(struct chime_loop *l, struct chime_pool *p)
+{
+    return l->live != 0 || l->cposts != NULL || chime__post_any(l) ||
+           (l->timers.len != 0 &&
+            l->timers.slots[0].deadline <= chime__pool_now(p));
+}
+
+/* Watches the post list a moment, loop->mu released, before the binding
+ * goes quiet (a producer in full flow then never has to write the
+ * eventfd, nor the loop to wait for it). */
+static void
+watch_posts(struct chime_loop *l)
+{
+    pthread_mutex_unlock(&l->mu);
+    for (unsigned i = 0; i < IDLE_SPINS && !chime__post_any(l); i++)
+        chime__cpu_pause();
+    CHIME_LOCK_LOOP(&l->mu);
+}
+
+/* The end of a dispatch (loop->mu held): the timerfd armed for the
+ * earliest timer, the binding no longer dispatching. */
+static void
+end_dispatch_locked(struct chime_loop *l)
+{
+    if (!l->closed) {
+        if (l->timers.len == 0 &&
+            atomic_load_explicit(&l->has_timers, memory_order_relaxed))
+            atomic_store_explicit(&l->has_timers, false,
+                                  memory_order_relaxed);
+        chime__timers_arm_locked(l); /* the timerfd for the earliest timer */
+    }
+    l->dispatching = false;
+}
+
+/* The steps (docs/loop-integration.md, "chime_loop_dispatch(), on the loop
+ * thread"): begin (owner, token); batches (move what is ready into the
+ * ring, take a batch, run it unlocked, count it) up to the batch limit;
+ * then the end: work left, keep the fd readable; else watch the post list
+ * once and look again; else go quiet (quiesce); then arm the timerfd. */
 int
 chime_loop_dispatch(chime_loop *l)
 {
@@ -301,162 +540,28 @@ chime_loop_dispatch(chime_loop *l)
         return -ECHILD;
     struct chime_pool *p = l->pool;
     CHIME_LOCK_LOOP(&l->mu);
-    if (l->closed) {
+    int rc = begin_dispatch_locked(l);
+    if (rc != 0) {
         pthread_mutex_unlock(&l->mu);
-        return -ESHUTDOWN;
+        return rc;
     }
-    if (!l->has_owner) {
-        l->owner = pthread_self();
-        l->has_owner = true;
-    } else if (!chime__ready_on_loop_thread_locked(l)) {
-        pthread_mutex_unlock(&l->mu);
-        return -EPERM;
-    }
-    if (l->dispatching) {
-        pthread_mutex_unlock(&l->mu);
-        return -EBUSY;
-    }
-    l->dispatching = true;
-    l->st.dispatch_calls++;
-    chime__ready_wakeup_locked(l);
 
-    int n = 0;
-    size_t dropped = 0;
+    struct dispatch d = {.l = l, .p = p};
     bool spun = false;
-    struct chime_task *freed = NULL, *garbage = NULL;
     for (;;) {
-        while ((unsigned)n < l->batch_limit && !l->closed) {
-            /* Posts join the ring (behind the timers due when they were
-             * made), then what is due now; then a batch is taken in one
-             * critical section; each task is started (or found taken
-             * away) through its slot. */
-            if (l->timers.len != 0 || l->armed != INT64_MAX) {
-                /* Posts taken so far became ready before these timers:
-                 * into the ring first. */
-                if (l->cposts != NULL || chime__post_any(l))
-                    dropped += chime__post_flush_locked(l, &garbage);
-                size_t before = l->tasks;
-                chime__timers_due_locked(l, chime__pool_now(p), &garbage);
-                dropped += before - l->tasks;
-            }
-            uint32_t want = l->batch_limit - (unsigned)n;
-            if (want > CHIME_LOOP_BATCH)
-                want = CHIME_LOOP_BATCH;
-            uint32_t k = 0;
-            bool timed = false; /* a task with a deadline: lateness */
-            /* Each one's deadline, read here under the lock: once claimed
-             * a running task's run_deadline may be re-armed meanwhile. */
-            int64_t dls[CHIME_LOOP_BATCH];
-            while (k < want) {
-                int64_t deadline, timeout;
-                struct chime_task *t =
-                    chime__ready_pop_locked(l, &deadline, &timeout);
-                if (t == NULL)
-                    break;
-                if (timeout != 0 &&
-                    chime__timers_touched_locked(l, t, deadline, timeout))
-                    continue;
-                t->run_deadline = deadline;
-                timed |= deadline != 0;
-                dls[k] = deadline;
-                atomic_store_explicit(&t->state, CHIME_TASK_BATCHED,
-                                      memory_order_relaxed);
-                atomic_store_explicit(&l->batch[k++], t,
-                                      memory_order_relaxed);
-            }
-            if (k == 0)
-                break;
-            l->batch_n = k;
-            pthread_mutex_unlock(&l->mu);
-            chime__free_garbage(garbage);
-            garbage = NULL;
-            /* Lateness: the batch's start, one clock read per batch (as
-             * the pool's workers take it); posts have no deadline. */
-            int64_t bnow = timed ? chime__pool_now(p) : 0;
-            uint32_t hist[CHIME_LATENESS_BUCKETS];
-            uint64_t late_sum = 0;
-            if (timed)
-                memset(hist, 0, sizeof(hist));
-
-            int ran = 0, fast = 0;
-            for (uint32_t i = 0; i < k; i++) {
-                struct chime_task *t = chime__slot_claim(&l->batch[i]);
-                if (t == NULL)
-                    continue; /* taken away before it started */
-                int8_t exp;
-                if (!start_claimed(t, &exp)) {
-                    CHIME_LOCK_LOOP(&l->mu);
-                    size_t before = l->tasks;
-                    chime__loop_stolen_locked(l, t, exp, &garbage);
-                    dropped += before - l->tasks;
-                    pthread_mutex_unlock(&l->mu);
-                    continue;
-                }
-                if (timed && dls[i] != 0) {
-                    int64_t late = bnow - dls[i];
-                    hist[chime__late_bucket(late)]++;
-                    if (late > 0)
-                        late_sum += (uint64_t)late;
-                }
-                atomic_store_explicit(&l->current, t, memory_order_relaxed);
-                void *result;
-                int rc = chime__invoke(p, t, &result);
-                atomic_store_explicit(&l->current, NULL,
-                                      memory_order_relaxed);
-
-                if (settle_unlocked(t, rc, &freed)) {
-                    fast++;
-                } else {
-                    CHIME_LOCK_LOOP(&l->mu);
-                    size_t before = l->tasks;
-                    chime__loop_settle_locked(l, t, rc, result, &garbage);
-                    dropped += before - l->tasks;
-                    pthread_mutex_unlock(&l->mu);
-                }
-                ran++;
-            }
-
-            CHIME_LOCK_LOOP(&l->mu);
-            l->batch_n = 0;
-            l->st.dispatched += (uint64_t)ran;
-            if (timed) {
-                for (unsigned b = 0; b < CHIME_LATENESS_BUCKETS; b++)
-                    l->st.lateness[b] += hist[b];
-                l->st.lateness_sum_ns += late_sum;
-            }
-            l->pst.completed += (uint64_t)fast;
-            CHIME_ASSERT(l->tasks >= (size_t)fast);
-            l->tasks -= (size_t)fast;
-            dropped += (size_t)fast;
-            n += ran;
-            while (freed) {
-                struct chime_task *f = freed;
-                freed = *chime__node_link(f);
-                if (atomic_load_explicit(&f->refs, memory_order_relaxed) &
-                    CHIME_REF_POOLREF)
-                    chime__loop_free_locked(l, f);
-                else
-                    chime__post_recycle_locked(l, f);
-            }
-        }
+        run_batches_locked(&d);
         if (l->closed)
             break;
         /* Work left (the batch limit stopped us): come back. */
-        if (l->live != 0 || l->cposts != NULL || chime__post_any(l) ||
-            (l->timers.len != 0 &&
-             l->timers.slots[0].deadline <= chime__pool_now(p))) {
+        if (work_left_locked(l, p)) {
             chime__ready_keep_locked(l);
             break;
         }
-        if ((unsigned)n < l->batch_limit && !spun) {
+        if ((unsigned)d.n < l->batch_limit && !spun) {
             /* Nothing ready: watch the post list a moment before going
-             * quiet (a producer in full flow then never has to write the
-             * eventfd, nor the loop to wait for it). */
+             * quiet. */
             spun = true;
-            pthread_mutex_unlock(&l->mu);
-            for (unsigned i = 0; i < IDLE_SPINS && !chime__post_any(l); i++)
-                chime__cpu_pause();
-            CHIME_LOCK_LOOP(&l->mu);
+            watch_posts(l);
             /* Look at everything again: the lock was released (a timer
              * may have fallen due, and its signal skipped a dispatching
              * binding). */
@@ -465,25 +570,18 @@ chime_loop_dispatch(chime_loop *l)
         if (chime__ready_quiesce_locked(l, any_ready))
             break; /* quiet, or a producer took the token and writes */
         /* Work arrived as it went quiet, and the token is ours again. */
-        if ((unsigned)n >= l->batch_limit) {
+        if ((unsigned)d.n >= l->batch_limit) {
             chime__ready_keep_locked(l);
             break;
         }
         spun = false;
     }
-    if (!l->closed) {
-        if (l->timers.len == 0 &&
-            atomic_load_explicit(&l->has_timers, memory_order_relaxed))
-            atomic_store_explicit(&l->has_timers, false,
-                                  memory_order_relaxed);
-        chime__timers_arm_locked(l); /* the timerfd for the earliest timer */
-    }
-    l->dispatching = false;
+    end_dispatch_locked(l);
     pthread_mutex_unlock(&l->mu);
-    chime__free_garbage(garbage);
-    if (dropped != 0)
+    chime__free_garbage(d.garbage);
+    if (d.dropped != 0)
         chime__loop_dropped(p);
-    return n;
+    return d.n;
 }
 
 /* A post the fast path refused: the binding is closed, or the pool shut

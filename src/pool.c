@@ -14,6 +14,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "due.h"
 #include "inbox.h"
 #include "pool.h"
 

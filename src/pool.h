@@ -11,6 +11,7 @@
  *   submit.c    submission and the rejection policies
  *   handle.c    handles: references, readers, wait, sleep
  *   worker.c    worker threads: take, run, settle
+ *   due.c       the due rings: fill, claim, return to the heap (due.h)
  *   timers.c    a binding's own timers, under the binding's lock only
  *   complete.c  completion, the pool's references, termination
  *   context.c   which pool's code this thread runs; fork detection
@@ -87,7 +88,7 @@ chime__late_bucket(int64_t late)
 
 /* A due ring: tasks taken off the heap because they are due (BATCHED),
  * filled by a worker under the pool's lock and claimed by any worker
- * without it (worker.c; docs/model/due.pml). A pool has CHIME_DUE_RINGS
+ * without it (due.c; docs/model/due.pml). A pool has CHIME_DUE_RINGS
  * of them: a worker fills and claims from its own (worker index modulo
  * the count), so the tasks it moved out of the heap, whose lines it
  * wrote, are the ones it runs, and two busy workers share no line per
@@ -713,13 +714,7 @@ int chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
                              int64_t delay_ns, const int64_t *now_in,
                              struct chime_task **garbage);
 
-/* ---- worker.c: worker threads ------------------------------------------ */
-/* May this queued task still run in the current run state? */
-bool chime__can_run_locked(struct chime_pool *p, struct chime_task *t,
-                           int64_t deadline, int64_t now);
-/* Takes every unclaimed entry of the due ring (shutdown_now) onto *list
- * through task->next, with the pool's reference on each; returns how many
- * (final ones included: cancelled there, not yet dropped). */
+/* ---- due.c: the due rings (the rest of its calls: due.h) --------------- */
 /* Ring r's unclaimed entries (claims may take some meanwhile; only the
  * pool lock's holder adds any). */
 static inline size_t
@@ -738,26 +733,14 @@ chime__due_any_locked(struct chime_pool *p)
             return true;
     return false;
 }
-size_t chime__due_grab_locked(struct chime_pool *p, struct chime_task **list);
-/* Puts the due ring's unclaimed tasks back in the heap, keys kept (purge,
- * or a head that must come first). */
-void chime__due_return_locked(struct chime_pool *p,
-                              struct chime_task **garbage);
-/* Shutdown's rule for the due ring: periodic tasks there are cancelled
- * unless continue_periodic (their claimers drop them). */
-void chime__due_shutdown_locked(struct chime_pool *p);
+
+/* ---- worker.c: worker threads ------------------------------------------ */
 /* Reserves a worker slot if the pool needs a thread to serve its heap
  * (lock held); returns 1 if the caller must call chime__spawn() unlocked. */
 int chime__need_worker_locked(struct chime_pool *p);
 /* Starts one worker for a slot already reserved in nthreads; on failure
  * the slot is given back. Returns 0 or a negative errno. No lock held. */
 int chime__spawn(struct chime_pool *p);
-/* Settles a task whose callback just returned rc (lock held): completes it
- * or requeues it (periodic, re-armed). from_worker: the caller is a worker
- * that will look at the heap itself, so a new head needs no extra wake-up. */
-void chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
-                          void *result, bool from_worker,
-                          struct chime_task **garbage);
 
 /* ---- submit.c: submission and rejection -------------------------------- */
 /* Submission shared by pool and loop entry points. */

@@ -15,6 +15,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "due.h"
 #include "inbox.h"
 #include "post.h"
 

@@ -558,12 +558,6 @@ chime__timers_delay_locked(struct chime_loop *l, struct chime_task *t,
     return 0;
 }
 
-void
-chime__loop_touch(struct chime_task *t, int64_t now)
-{
-    atomic_store_explicit(&t->activity, now, memory_order_relaxed);
-}
-
 uint32_t
 chime__timers_take_locked(struct chime_loop *l,
                           int (*drop)(struct chime_task *, int64_t, void *),

@@ -16,6 +16,9 @@
  *   - an exiting worker does the same hand-over.
  *   Only one thread ever wakes for a timer; the others cost nothing.
  * - Loop tasks are never here: their bindings own them (timers.c).
+ * - Due tasks reach a worker through the due rings (due.c): it fills its
+ *   own under the lock, claims and runs without it (run_due), and settles
+ *   what needs the lock at its next turn (turn_locked).
  * - Threads: every worker is joinable. An exiting worker records itself in
  *   last_exited and joins the previous one, so joining the last one (in
  *   destroy) joins them all without keeping a list of dead threads.
@@ -31,8 +34,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "due.h"
 #include "inbox.h"
-#include "pool.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -46,22 +49,6 @@
  * late a deadline that passed while the machine was suspended may run
  * after the resume (chime.h, chime_pool_options.clock_id). */
 #define BOOTTIME_SLICE (INT64_C(1) * CHIME_SEC)
-
-/* May this queued task still run in the current run state? (Java's
- * canRunInCurrentRunState.) */
-bool
-chime__can_run_locked(struct chime_pool *p, struct chime_task *t, int64_t deadline,
-               int64_t now)
-{
-    CHIME_ASSERT_HELD(&p->mu);
-    if (p->run_state == CHIME_POOL_RUNNING)
-        return true;
-    if (p->run_state != CHIME_POOL_SHUTDOWN)
-        return false;
-    if (chime__task_kind(t) != CHIME_KIND_ONESHOT)
-        return p->continue_periodic;
-    return p->execute_delayed || deadline <= now;
-}
 
 /* Frees the tasks this worker dropped, outside the lock (never free under
  * the lock, nor sleep holding garbage). Returns true if it had to drop the
@@ -80,520 +67,193 @@ release_garbage(struct chime_pool *p, struct chime_worker *w)
     return true;
 }
 
-/* ---- The due ring -------------------------------------------------------
- * A worker that finds the heap's head due moves up to CHIME_DUE_CAP due
- * tasks into the ring at once (BATCHED), under the lock; then any worker
- * claims them one by one without it: a CAS on its head takes an entry, a
- * CAS of the task's state from BATCHED to RUNNING takes the task. A cancel,
- * re-arm or shutdown (under the lock) takes a task away with its own CAS
- * of the state from BATCHED; whoever claims the entry then finds it final
- * (drop it) or REARMING (back to the heap). A one-shot that returns 0 is
- * completed with a CAS from RUNNING to DONE, no lock either; its pool
- * reference is dropped at the worker's next turn under the lock, so a
- * task read under the lock (from the ring, or as a worker's current one)
- * stays valid while the lock is held. docs/model/due.pml checks this. */
-
-/* Moves the due head of the heap into the worker's ring while there is
- * room; now is a time read before. Returns how many moved. */
-static unsigned
-fill_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
-{
-    CHIME_ASSERT_HELD(&p->mu);
-    struct chime_due_ring *r = w->ring;
-    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    unsigned n = 0, live = 0;
-    bool peeked = false;
-    chime__heap_run_prefetch(&p->heap, 24);
-    while (tail - head < CHIME_DUE_CAP) {
-        int64_t d;
-        bool ghost = false;
-        /* The common case of a busy pool: the first sorted run's front,
-         * due, with nothing in the way (after one full look). */
-        struct chime_task *t =
-            peeked ? chime__heap_run_due(&p->heap, now, &d) : NULL;
-        if (t != NULL && !(t->flags & (CHIME_TF_LAZY | CHIME_TF_DEFER)) &&
-            !chime__state_is_final(chime__task_state_raw(t))) {
-            chime__heap_run_take(&p->heap);
-            goto take;
-        }
-        t = chime__heap_peek(&p->heap);
-        peeked = true;
-        if (t == NULL)
-            break;
-        int st0 = chime__task_state_raw(t);
-        bool final = chime__state_is_final(st0);
-        if (!(t->flags & CHIME_TF_LAZY) &&
-            chime__undefer_locked(&p->heap, t)) {
-            peeked = false; /* a push: look in full again */
-            continue;
-        }
-        d = chime__heap_peek_deadline(&p->heap);
-        if (final) {
-            /* A retained cancelled task (remove_on_cancel off) stays
-             * queued while live tasks are ahead of it (the ring's): it
-             * goes into the ring in its place, for its claimer to drop.
-             * One cancelled without the lock (cancel.c) whose cancel the
-             * inbox has not passed on yet (a cancel racing with this
-             * fill, as the drain came first) is only taken out: its
-             * cancel entry holds the pool's reference, and nothing may
-             * reach it once the drain has let go of it. */
-            if (tail == head || (t->flags & CHIME_TF_LAZY) ||
-                st0 == CHIME_TASK_CANCELLED_FAST) {
-                chime__heap_pop(&p->heap, NULL);
-                chime__drop_locked(t, &w->garbage);
-                continue;
-            }
-            ghost = true;
-        }
-        if (d > now)
-            break;
-        chime__heap_pop(&p->heap, NULL);
-    take:
-        t->flags &= (uint8_t)~CHIME_TF_REARM;
-        uint32_t seq = t->seq; /* a periodic task's run deadline takes it */
-        /* The deadline of this run (a one-shot keeps it apart from its
-         * result, which its worker writes without the lock). */
-        if (!ghost) {
-            /* A CAS: a cancel without the lock (cancel.c) may take a
-             * PENDING task at any time; then it is out of the queue. */
-            int8_t pending = CHIME_TASK_PENDING;
-            if (!chime__task_cas_state(t, &pending, CHIME_TASK_BATCHED)) {
-                chime__drop_locked(t, &w->garbage);
-                continue;
-            }
-            chime__set_rearm_target(t, d);
-            live++;
-        } else {
-            p->due_ghosts++;
-        }
-        struct chime_due_entry *e = &r->e[tail % CHIME_DUE_CAP];
-        atomic_store_explicit(&e->task, t, memory_order_relaxed);
-        atomic_store_explicit(&e->deadline, d, memory_order_relaxed);
-        atomic_store_explicit(&e->seq, seq, memory_order_relaxed);
-        tail++;
-        n++;
-    }
-    if (n != 0) {
-        atomic_fetch_add(&p->due_live, live);
-        atomic_store_explicit(&p->due_now, now, memory_order_relaxed);
-        CHIME_HB_BEFORE(&r->tail);
-        atomic_store_explicit(&r->tail, tail, memory_order_release);
-    }
-    return n;
-}
-
-/* Claims the next entry of ring r (no lock), or returns NULL. */
-static struct chime_task *
-claim_due(struct chime_due_ring *r, int64_t *deadline)
-{
-    uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
-    for (;;) {
-        uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-        CHIME_HB_AFTER(&r->tail);
-        if (h == tail)
-            return NULL;
-        struct chime_due_entry *e = &r->e[h % CHIME_DUE_CAP];
-        struct chime_task *t =
-            atomic_load_explicit(&e->task, memory_order_relaxed);
-        int64_t d = atomic_load_explicit(&e->deadline, memory_order_relaxed);
-        /* Succeeds only if nobody claimed entry h meanwhile, so the
-         * entry read was the one filled there (a refill of its slot
-         * needs the head past it). */
-        if (atomic_compare_exchange_weak_explicit(&r->head, &h, h + 1,
-                                                  memory_order_acq_rel,
-                                                  memory_order_acquire)) {
-            *deadline = d;
-            return t;
-        }
-    }
-}
-
-/* Claims every unclaimed entry of ring r at once (one CAS of the head,
- * lock held, so no fill races): entries [*h, *tail) are the caller's. */
-static void
-claim_all_locked(struct chime_due_ring *r, uint64_t *h, uint64_t *tail)
-{
-    *h = atomic_load_explicit(&r->head, memory_order_acquire);
-    *tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    while (*h != *tail &&
-           !atomic_compare_exchange_weak_explicit(&r->head, h, *tail,
-                                                  memory_order_acq_rel,
-                                                  memory_order_acquire))
-        ;
-}
-
-size_t
-chime__due_grab_locked(struct chime_pool *p, struct chime_task **list)
-{
-    CHIME_ASSERT_HELD(&p->mu);
-    size_t live = 0, n = 0;
-    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++) {
-        struct chime_due_ring *r = &p->due[i];
-        uint64_t h, tail;
-        claim_all_locked(r, &h, &tail);
-        for (; h != tail; h++) {
-            struct chime_task *t = atomic_load_explicit(
-                &r->e[h % CHIME_DUE_CAP].task, memory_order_relaxed);
-            /* Nobody else moves an unclaimed task but the lock's
-             * holder. */
-            int st = chime__task_state(t);
-            if (!chime__state_is_final(st))
-                live++;
-            else if (!(t->flags & CHIME_TF_LAZY))
-                p->due_ghosts--;
-            t->flags &= (uint8_t)~CHIME_TF_LAZY;
-            uint32_t seq;
-            if (st == CHIME_TASK_REARMING)
-                (void)chime__rearmed_take(p, t, &seq);
-            t->next = *list;
-            *list = t;
-            n++;
-        }
-    }
-    atomic_fetch_sub(&p->due_live, live);
-    return n;
-}
-
-void
-chime__due_shutdown_locked(struct chime_pool *p)
-{
-    CHIME_ASSERT_HELD(&p->mu);
-    if (p->continue_periodic)
-        return;
-    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++) {
-        struct chime_due_ring *r = &p->due[i];
-        uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
-        uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-        for (; h != tail; h++) {
-            /* Claimed meanwhile or not, the task is valid: its pool
-             * reference is dropped under the lock only. */
-            struct chime_task *t = atomic_load_explicit(
-                &r->e[h % CHIME_DUE_CAP].task, memory_order_relaxed);
-            if (chime__task_kind(t) == CHIME_KIND_ONESHOT)
-                continue; /* due: it may still run */
-            int8_t st = (int8_t)chime__task_state(t);
-            if ((st == CHIME_TASK_BATCHED || st == CHIME_TASK_REARMING) &&
-                chime__task_cas_state(t, &st, CHIME_TASK_CANCELLED)) {
-                atomic_fetch_sub(&p->due_live, 1);
-                uint32_t seq;
-                if (st == CHIME_TASK_REARMING)
-                    (void)chime__rearmed_take(p, t, &seq);
-                /* Out of the queue as shutdown's others are. */
-                t->flags |= CHIME_TF_LAZY;
-                chime__completed_locked(p, t, CHIME_TASK_CANCELLED);
-            }
-        }
-    }
-}
-
-static void queue_again_locked(struct chime_pool *p, struct chime_task *t,
-                               int64_t deadline, int64_t now,
-                               bool from_worker, const uint32_t *seq,
-                               struct chime_task **garbage);
-
-/* A task re-armed in the ring back to the heap at its target, with the
- * sequence number of its re-arm. */
-static void
-requeue_rearmed_locked(struct chime_pool *p, struct chime_task *t,
-                       struct chime_task **garbage)
-{
-    uint32_t seq;
-    bool have = chime__rearmed_take(p, t, &seq);
-    /* A queued task moved, not a run that ended: the shutdown rules for
-     * delayed one-shots were applied when it was queued (now = INT64_MAX
-     * passes them); a periodic one, or any after shutdown_now, goes. */
-    queue_again_locked(p, t, chime__rearm_target(t), INT64_MAX, true,
-                       have ? &seq : NULL, garbage);
-}
-
-/* Does the heap's head come before the last entry of a ring that has
- * entries (a ring is in order: then some of it must wait for the head)? */
+/* A worker leaves take_locked to run the tasks of ring r (its own, or one
+ * it helps with). If nobody times the heap and a worker sleeps idle, the
+ * inbox's iwake may be stale (INT64_MIN left by a producer's wake, or the
+ * old leader's deadline) and a submission would wake nobody while this
+ * worker runs its callbacks: arm it for any submission, or wake the
+ * sleeper if the inbox is not empty (docs/model/inbox.pml,
+ * BUG_NO_ARM_BEFORE_RUN). Returns true: take_locked's answer. */
 static bool
-heap_first_locked(struct chime_pool *p)
+leave_to_run_locked(struct chime_pool *p, struct chime_worker *w,
+                    struct chime_due_ring *r)
 {
-    struct chime_task *top = chime__heap_peek(&p->heap);
-    if (top == NULL)
-        return false;
-    int64_t hd = chime__heap_peek_deadline(&p->heap);
-    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++) {
-        struct chime_due_ring *r = &p->due[i];
-        if (chime__due_avail(r) == 0)
-            continue;
-        uint64_t last = atomic_load_explicit(&r->tail, memory_order_relaxed) - 1;
-        struct chime_due_entry *e = &r->e[last % CHIME_DUE_CAP];
-        int64_t d = atomic_load_explicit(&e->deadline, memory_order_relaxed);
-        uint32_t seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
-        /* A deferred re-arm's slot comes first among equal deadlines
-         * (heap_tiers.h, chime__heap_slot_less); its task's number is not read: a
-         * re-arm without the lock may be rewriting it (cancel.c). */
-        if (hd != d ? hd < d
-                    : ((top->flags & CHIME_TF_DEFER) ||
-                       (int32_t)(top->seq - seq) < 0))
-            return true;
-    }
-    return false;
-}
-
-/* Puts ring r's unclaimed tasks back in the heap with their keys (a
- * cancelled one as a retained one, which its canceller counted). */
-static void
-return_ring_locked(struct chime_pool *p, struct chime_due_ring *r,
-                   struct chime_task **garbage)
-{
-    uint64_t h, tail;
-    claim_all_locked(r, &h, &tail);
-    for (; h != tail; h++) {
-        struct chime_due_entry *e = &r->e[h % CHIME_DUE_CAP];
-        struct chime_task *t =
-            atomic_load_explicit(&e->task, memory_order_relaxed);
-        int st = chime__task_state(t);
-        bool final = chime__state_is_final(st);
-        bool lazy = final && (t->flags & CHIME_TF_LAZY);
-        t->flags &= (uint8_t)~CHIME_TF_LAZY;
-        if (!final)
-            atomic_fetch_sub(&p->due_live, 1);
-        else if (!lazy)
-            p->due_ghosts--;
-        if (st == CHIME_TASK_REARMING) {
-            requeue_rearmed_locked(p, t, garbage);
-            continue;
-        }
-        if (lazy) {
-            /* Cancelled with remove_on_cancel: out of the queue already. */
-            chime__drop_locked(t, garbage);
-            continue;
-        }
-        if (!final)
-            chime__task_set_state(t, CHIME_TASK_PENDING);
-        t->seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
-        if (chime__heap_push(&p->heap, t,
-                             atomic_load_explicit(&e->deadline,
-                                                  memory_order_relaxed)) != 0) {
-            if (!final)
-                chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
-            chime__drop_locked(t, garbage);
-        }
-    }
-}
-
-/* Puts every ring's unclaimed tasks back in the heap. */
-void
-chime__due_return_locked(struct chime_pool *p, struct chime_task **garbage)
-{
-    CHIME_ASSERT_HELD(&p->mu);
-    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++)
-        return_ring_locked(p, &p->due[i], garbage);
-}
-
-/* A worker leaves take_locked to run tasks. If nobody times the heap and
- * a worker sleeps idle, the inbox's iwake may be stale (INT64_MIN left by
- * a producer's wake, or the old leader's deadline) and a submission would
- * wake nobody while this worker runs its callbacks: arm it for any
- * submission, or wake the sleeper if the inbox is not empty
- * (docs/model/inbox.pml, BUG_NO_ARM_BEFORE_RUN). */
-static void
-leave_to_run_locked(struct chime_pool *p)
-{
+    w->claim_from = r;
     if (p->leader == NULL && p->st.idle_waiters != 0 &&
         !chime__inbox_arm_locked(p, true, INT64_MAX))
         pthread_cond_signal(&p->follower_cv);
+    return true;
 }
 
-/* Another worker's ring with entries, or NULL. */
-static struct chime_due_ring *
-other_ring(struct chime_pool *p, struct chime_worker *w)
-{
-    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++)
-        if (&p->due[i] != w->ring && chime__due_avail(&p->due[i]) != 0)
-            return &p->due[i];
-    return NULL;
-}
-
-/* Another worker's ring whose head has not moved since this worker's
- * previous turn although it had entries (its owner is held up in a
- * callback), or NULL; notes every ring's head for the next turn. */
-static struct chime_due_ring *
-stuck_ring(struct chime_pool *p, struct chime_worker *w)
-{
-    struct chime_due_ring *stuck = NULL;
-    for (unsigned i = 0; i < CHIME_DUE_RINGS; i++) {
-        struct chime_due_ring *r = &p->due[i];
-        uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
-        if (r != w->ring && stuck == NULL && h == w->seen[i] &&
-            chime__due_avail(r) != 0)
-            stuck = r;
-        w->seen[i] = h;
-    }
-    return stuck;
-}
-
-/* Takes the next due task, waiting as leader or follower: returns true
- * when w->claim_from has tasks to claim (the worker's own ring, filled
- * from the heap if its head was due, or another one it helps with),
- * false when this worker must exit (then nthreads has been
- * decremented). */
+/* The rings' order went stale (due_stale: a head that may come before
+ * their entries entered the heap): if the heap's head does come first,
+ * the rings go back into the heap. Returns true if they did. */
 static bool
-take_locked(struct chime_pool *p, struct chime_worker *w)
+return_stale_rings_locked(struct chime_pool *p, struct chime_worker *w)
 {
-    CHIME_ASSERT_HELD(&p->mu);
-    int64_t now = INT64_MIN; /* a time read in this call: due if <= */
-    struct chime_due_ring *help = stuck_ring(p, w);
-    for (;;) {
-        if (p->run_state >= CHIME_POOL_STOP)
-            break;
+    if (!atomic_load_explicit(&p->due_stale, memory_order_relaxed))
+        return false;
+    atomic_store_explicit(&p->due_stale, false, memory_order_relaxed);
+    if (!chime__due_heap_first_locked(p))
+        return false;
+    chime__due_return_locked(p, &w->garbage);
+    return true;
+}
+
+/* Is this worker surplus (core lowered, or the on-demand worker of a
+ * zero-core pool)? A zero-core pool keeps one while tasks wait. */
+static bool
+surplus_locked(struct chime_pool *p)
+{
+    unsigned keep = p->core ? p->core
+                            : (chime__heap_live(&p->heap) ||
+                                       chime__due_any_locked(p)
+                                   ? 1
+                                   : 0);
+    return p->nthreads > keep;
+}
+
+/* What a look at the heap's head found. */
+enum head_look {
+    HEAD_NONE,  /* the heap is empty */
+    HEAD_AGAIN, /* the head moved (a deferred re-arm) or went (cancelled) */
+    HEAD_DUE,   /* due at *now */
+    HEAD_LATER, /* due at *deadline, after *now */
+};
+
+/* Looks at the heap's head: moves or drops one that is not a live task at
+ * its slot's deadline, and reads the clock (into *now) when the head is
+ * not due at the time read before. */
+static enum head_look
+look_at_head_locked(struct chime_pool *p, struct chime_worker *w,
+                    int64_t *now, int64_t *deadline)
+{
+    struct chime_task *t = chime__heap_peek(&p->heap);
+    if (t == NULL)
+        return HEAD_NONE;
+    bool final = chime__state_is_final(chime__task_state(t));
+    /* A re-armed task's old slot reached the head: move it to its
+     * real deadline (its sequence number is the re-arm's). A retained
+     * cancelled one too: it stays queued until then. */
+    if (!(t->flags & CHIME_TF_LAZY) && chime__undefer_locked(&p->heap, t))
+        return HEAD_AGAIN;
+    if (final) {
+        /* Cancelled: lazily removed, or retained (remove_on_cancel off)
+         * until this, its deadline. */
+        chime__heap_pop(&p->heap, NULL);
+        chime__drop_locked(t, &w->garbage);
+        return HEAD_AGAIN;
+    }
+    int64_t d = chime__heap_peek_deadline(&p->heap);
+    if (d > *now) {
+        *now = chime__pool_now(p);
+        /* Submissions made before the time just read are in the heap
+         * before that time is used: the inbox was looked at before
+         * the read, and a producer may have submitted and then moved
+         * a custom clock meanwhile (a later head would otherwise run
+         * first; test_clock's tasks_run_in_order_of_their_delays
+         * failed 4 times in 300). */
         chime__inbox_take_locked(p);
-        if (atomic_load_explicit(&p->due_stale, memory_order_relaxed)) {
-            atomic_store_explicit(&p->due_stale, false, memory_order_relaxed);
-            if (heap_first_locked(p)) {
-                chime__due_return_locked(p, &w->garbage);
-                help = NULL;
-                continue;
-            }
-        }
-        size_t avail = chime__due_avail(w->ring);
-        /* Surplus workers leave (core lowered, or the on-demand worker of
-         * a zero-core pool). A zero-core pool keeps one while tasks wait. */
-        unsigned keep = p->core ? p->core
-                                : (chime__heap_live(&p->heap) ||
-                                           chime__due_any_locked(p)
-                                       ? 1
-                                       : 0);
-        if (p->nthreads > keep)
-            break;
-        if (avail != 0) {
-            w->claim_from = w->ring;
-            leave_to_run_locked(p);
-            return true;
-        }
-        if (help != NULL && chime__due_avail(help) != 0)
-            goto help;
-        struct chime_task *t = chime__heap_peek(&p->heap);
-        if (t == NULL) {
-            if ((help = other_ring(p, w)) != NULL)
-                goto help;
-            if (p->run_state >= CHIME_POOL_SHUTDOWN)
-                break;
-            goto idle;
-        }
-        bool final = chime__state_is_final(chime__task_state(t));
-        /* A re-armed task's old slot reached the head: move it to its
-         * real deadline (its sequence number is the re-arm's). A retained
-         * cancelled one too: it stays queued until then. */
-        if (!(t->flags & CHIME_TF_LAZY) && chime__undefer_locked(&p->heap, t))
-            continue;
-        if (final) {
-            /* Cancelled: lazily removed, or retained (remove_on_cancel off)
-             * until this, its deadline. */
-            chime__heap_pop(&p->heap, NULL);
-            chime__drop_locked(t, &w->garbage);
-            continue;
-        }
-        int64_t deadline = chime__heap_peek_deadline(&p->heap);
-        if (deadline > now) {
-            now = chime__pool_now(p);
-            /* Submissions made before the time just read are in the heap
-             * before that time is used: the inbox was looked at before
-             * the read, and a producer may have submitted and then moved
-             * a custom clock meanwhile (a later head would otherwise run
-             * first; test_clock's tasks_run_in_order_of_their_delays
-             * failed 4 times in 300). */
-            chime__inbox_take_locked(p);
-            /* The near window's buckets open as their time comes. */
-            p->heap.near_hint = now;
-            deadline = chime__heap_peek_deadline(&p->heap);
-        }
-        if (deadline <= now) {
-            unsigned n = fill_due_locked(p, w, now);
-            /* Leadership passes on if tasks remain with nobody timing
-             * them; or one more worker helps with a batch: a follower,
-             * or else the leader (it claims too, then looks again), so
-             * that a batch never waits behind one long callback while
-             * another worker sleeps. */
-            unsigned followers =
-                p->st.idle_waiters - (p->leader != NULL && p->clock != NULL);
-            if (n > 1 && followers == 0 && p->leader != NULL)
-                pthread_cond_signal(&p->leader_cv);
-            else if ((p->leader == NULL &&
-                      chime__heap_live(&p->heap) != 0) ||
-                     n > 1)
-                pthread_cond_signal(&p->follower_cv);
-            w->claim_from = w->ring;
-            leave_to_run_locked(p);
-            return true;
-        }
-        /* Nothing due in the heap: help with another ring's. */
-        if ((help = other_ring(p, w)) != NULL)
-            goto help;
-        if (p->leader != NULL)
-            goto idle;
-        if (release_garbage(p, w)) {
-            now = INT64_MIN;
-            continue; /* the lock was dropped: decide again */
-        }
-        /* Submissions through the inbox due before the head wake it. */
-        if (!chime__inbox_arm_locked(p, true, deadline)) {
-            now = INT64_MIN;
-            continue;
-        }
-        /* Become the leader: the only timed waiter. */
-        p->leader = w;
-        if (p->clock) {
-            /* Custom clock: time moves only when we are told, so the
-             * leader's wait is untimed (and counted as such). */
-            p->st.idle_waiters++;
-            chime__settle_wake_locked(p);
-            pthread_cond_wait(&p->leader_cv, &p->mu);
-            p->st.idle_waiters--;
-        } else {
-            int64_t until = deadline;
-            if (until - now > LEADER_MAX_WAIT)
-                until = now + LEADER_MAX_WAIT;
-            /* The condition waits on CLOCK_MONOTONIC (no other clock for
-             * it): a CLOCK_BOOTTIME deadline as the same distance from
-             * now, in slices of BOOTTIME_SLICE, since a suspend in between
-             * stops CLOCK_MONOTONIC: after a resume the leader looks at
-             * the time again within a slice. */
-            if (p->clock_id == CLOCK_BOOTTIME) {
-                if (until - now > BOOTTIME_SLICE)
-                    until = now + BOOTTIME_SLICE;
-                until = chime__sat_add(chime__monotonic_ns(), until - now);
-            }
-            struct timespec ts = chime__abs_timespec(until);
-            p->st.timed_waiters++;
-            p->st.timed_waits++;
-            chime__settle_wake_locked(p);
-            if (p->st.timed_waiters > p->st.max_timed_waiters)
-                p->st.max_timed_waiters = p->st.timed_waiters;
-            pthread_cond_timedwait(&p->leader_cv, &p->mu, &ts);
-            p->st.timed_waiters--;
-        }
-        if (p->leader == w)
-            p->leader = NULL;
-        now = INT64_MIN;
-        continue;
-    idle:
-        if (release_garbage(p, w)) {
-            now = INT64_MIN;
-            continue;
-        }
-        /* With a leader, it times the inbox too; without one, any
-         * submission wakes a worker. */
-        if (!chime__inbox_arm_locked(p, p->leader == NULL, INT64_MAX)) {
-            now = INT64_MIN;
-            continue;
-        }
+        /* The near window's buckets open as their time comes. */
+        p->heap.near_hint = *now;
+        d = chime__heap_peek_deadline(&p->heap);
+    }
+    *deadline = d;
+    return d <= *now ? HEAD_DUE : HEAD_LATER;
+}
+
+/* The head is due: fill this worker's ring from the heap, then wake who
+ * must be woken. */
+static void
+take_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
+{
+    unsigned n = chime__due_fill_locked(p, w, now);
+    /* Leadership passes on if tasks remain with nobody timing
+     * them; or one more worker helps with a batch: a follower,
+     * or else the leader (it claims too, then looks again), so
+     * that a batch never waits behind one long callback while
+     * another worker sleeps. */
+    unsigned followers =
+        p->st.idle_waiters - (p->leader != NULL && p->clock != NULL);
+    if (n > 1 && followers == 0 && p->leader != NULL)
+        pthread_cond_signal(&p->leader_cv);
+    else if ((p->leader == NULL &&
+              chime__heap_live(&p->heap) != 0) ||
+             n > 1)
+        pthread_cond_signal(&p->follower_cv);
+}
+
+/* Nothing due and no leader: become the leader, the only timed waiter,
+ * until the head's deadline (or the next submission due before it).
+ * Returns at once, without waiting, if it had to drop the lock or the
+ * inbox is not empty: the caller looks again in any case. */
+static void
+lead_locked(struct chime_pool *p, struct chime_worker *w, int64_t deadline,
+            int64_t now)
+{
+    if (release_garbage(p, w))
+        return; /* the lock was dropped: decide again */
+    /* Submissions through the inbox due before the head wake it. */
+    if (!chime__inbox_arm_locked(p, true, deadline))
+        return;
+    p->leader = w;
+    if (p->clock) {
+        /* Custom clock: time moves only when we are told, so the
+         * leader's wait is untimed (and counted as such). */
         p->st.idle_waiters++;
         chime__settle_wake_locked(p);
-        pthread_cond_wait(&p->follower_cv, &p->mu);
+        pthread_cond_wait(&p->leader_cv, &p->mu);
         p->st.idle_waiters--;
-        now = INT64_MIN;
-        continue;
-    help:
-        w->claim_from = help;
-        leave_to_run_locked(p);
-        return true;
+    } else {
+        int64_t until = deadline;
+        if (until - now > LEADER_MAX_WAIT)
+            until = now + LEADER_MAX_WAIT;
+        /* The condition waits on CLOCK_MONOTONIC (no other clock for
+         * it): a CLOCK_BOOTTIME deadline as the same distance from
+         * now, in slices of BOOTTIME_SLICE, since a suspend in between
+         * stops CLOCK_MONOTONIC: after a resume the leader looks at
+         * the time again within a slice. */
+        if (p->clock_id == CLOCK_BOOTTIME) {
+            if (until - now > BOOTTIME_SLICE)
+                until = now + BOOTTIME_SLICE;
+            until = chime__sat_add(chime__monotonic_ns(), until - now);
+        }
+        struct timespec ts = chime__abs_timespec(until);
+        p->st.timed_waiters++;
+        p->st.timed_waits++;
+        chime__settle_wake_locked(p);
+        if (p->st.timed_waiters > p->st.max_timed_waiters)
+            p->st.max_timed_waiters = p->st.timed_waiters;
+        pthread_cond_timedwait(&p->leader_cv, &p->mu, &ts);
+        p->st.timed_waiters--;
     }
+    if (p->leader == w)
+        p->leader = NULL;
+}
+
+/* Nothing due, and a leader times the heap (or the heap is empty): wait
+ * untimed as a follower. Returns at once, without waiting, if it had to
+ * drop the lock or the inbox is not empty. */
+static void
+follow_locked(struct chime_pool *p, struct chime_worker *w)
+{
+    if (release_garbage(p, w))
+        return;
+    /* With a leader, it times the inbox too; without one, any
+     * submission wakes a worker. */
+    if (!chime__inbox_arm_locked(p, p->leader == NULL, INT64_MAX))
+        return;
+    p->st.idle_waiters++;
+    chime__settle_wake_locked(p);
+    pthread_cond_wait(&p->follower_cv, &p->mu);
+    p->st.idle_waiters--;
+}
+
+/* This worker exits: gives its slot back and hands on what it leaves
+ * (its ring's tasks, or the watch of the heap). */
+static void
+exit_locked(struct chime_pool *p, struct chime_worker *w)
+{
     p->nthreads--;
     chime__settle_wake_locked(p);
     chime__inbox_update_locked(p);
@@ -606,54 +266,68 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
     } else if (p->leader == NULL && chime__heap_live(&p->heap) != 0) {
         pthread_cond_signal(&p->follower_cv);
     }
+}
+
+/* Takes the next due task, waiting as leader or follower: returns true
+ * when w->claim_from has tasks to claim (the worker's own ring, filled
+ * from the heap if its head was due, or another one it helps with),
+ * false when this worker must exit (then nthreads has been
+ * decremented). The steps (docs/design.md, "Worker pool"): a ring with
+ * entries first (its own, or a stuck one to help with); then the heap's
+ * head: due, take it (take_due_locked); not due, help with another ring,
+ * else wait as a follower if there is a leader (follow_locked), else as
+ * the leader (lead_locked). After any wait, or a drop of the lock, it
+ * looks at everything again with a fresh time. */
+static bool
+take_locked(struct chime_pool *p, struct chime_worker *w)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    int64_t now = INT64_MIN; /* a time read in this call: due if <= */
+    struct chime_due_ring *help = chime__due_stuck_ring(p, w);
+    for (;;) {
+        if (p->run_state >= CHIME_POOL_STOP)
+            break;
+        chime__inbox_take_locked(p);
+        if (return_stale_rings_locked(p, w)) {
+            help = NULL;
+            continue;
+        }
+        size_t avail = chime__due_avail(w->ring);
+        if (surplus_locked(p))
+            break;
+        if (avail != 0)
+            return leave_to_run_locked(p, w, w->ring);
+        if (help != NULL && chime__due_avail(help) != 0)
+            return leave_to_run_locked(p, w, help);
+        int64_t deadline = INT64_MAX; /* set unless HEAD_NONE or HEAD_AGAIN */
+        enum head_look head = look_at_head_locked(p, w, &now, &deadline);
+        if (head == HEAD_AGAIN)
+            continue;
+        if (head == HEAD_DUE) {
+            take_due_locked(p, w, now);
+            return leave_to_run_locked(p, w, w->ring);
+        }
+        /* Nothing due in the heap: help with another ring's. */
+        if ((help = chime__due_other_ring(p, w)) != NULL)
+            return leave_to_run_locked(p, w, help);
+        if (head == HEAD_NONE && p->run_state >= CHIME_POOL_SHUTDOWN)
+            break;
+        if (head == HEAD_NONE || p->leader != NULL)
+            follow_locked(p, w);
+        else
+            lead_locked(p, w, deadline, now);
+        now = INT64_MIN;
+    }
+    exit_locked(p, w);
     return false;
 }
 
-/* Puts t, out of the heap and not completed, back in the heap at deadline
- * (PENDING, a fresh sequence number), or completes it when it may no longer
- * run (the run state, a closed binding) or the heap cannot grow. A new head
- * wakes the leader; from_worker: the caller is a worker that looks at the
- * heap itself next, so no follower needs waking. */
+/* Settles a task whose callback just returned rc (lock held): completes it
+ * or requeues it (periodic, re-armed). from_worker: the caller is a worker
+ * that will look at the heap itself, so a new head needs no extra wake-up. */
 static void
-queue_again_locked(struct chime_pool *p, struct chime_task *t,
-                   int64_t deadline, int64_t now, bool from_worker,
-                   const uint32_t *seq, struct chime_task **garbage)
-{
-    CHIME_ASSERT_HELD(&p->mu);
-    /* A deferred re-arm (CHIME_TF_DEFER) never leaves the heap unresolved
-     * unless the task completes: the flag cannot come back with it. */
-    CHIME_ASSERT(!(t->flags & CHIME_TF_DEFER));
-    t->flags &= (uint8_t)~CHIME_TF_REARM;
-    chime__task_set_state(t, CHIME_TASK_PENDING);
-    if (!chime__can_run_locked(p, t, deadline, now)) {
-        chime__complete_locked(p, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        chime__drop_locked(t, garbage);
-        return;
-    }
-    t->seq = seq ? *seq : chime__pool_seq(p);
-    if (now != INT64_MAX)
-        p->heap.near_hint = now;
-    if (chime__heap_push(&p->heap, t, deadline) != 0) {
-        /* The queue could not grow to take the task back. */
-        chime__complete_locked(p, t, CHIME_TASK_FAILED, -ENOMEM);
-        chime__drop_locked(t, garbage);
-        return;
-    }
-    if (t->heap_index == 0) {
-        if (!from_worker)
-            chime__new_head_locked(p);
-        else if (p->leader)
-            pthread_cond_signal(&p->leader_cv);
-        if (chime__due_any_locked(p))
-            atomic_store_explicit(&p->due_stale, true, memory_order_relaxed);
-    }
-}
-
-/* Settles a task whose callback returned: see pool.h. */
-void
-chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
-                     void *result, bool from_worker,
-                     struct chime_task **garbage)
+settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
+              void *result, bool from_worker, struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&p->mu);
     p->st.completed++;
@@ -688,7 +362,7 @@ chime__settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
     bool again = chime__next_run(t, end, &next);
     CHIME_ASSERT(again);
     (void)again;
-    queue_again_locked(p, t, next, end, from_worker, NULL, garbage);
+    chime__queue_again_locked(p, t, next, end, from_worker, NULL, garbage);
 }
 
 /* The worker's turn under the lock after running claimed tasks: drops the
@@ -736,10 +410,10 @@ turn_locked(struct chime_pool *p, struct chime_worker *w)
             return;
         }
         atomic_fetch_sub(&p->due_live, 1);
-        requeue_rearmed_locked(p, t, &w->garbage);
+        chime__due_requeue_rearmed_locked(p, t, &w->garbage);
         return;
     }
-    chime__settle_locked(p, t, w->slow_rc, w->slow_result, true, &w->garbage);
+    settle_locked(p, t, w->slow_rc, w->slow_result, true, &w->garbage);
 }
 
 /* Wakes the threads waiting for a completion (a lock-free one). */
@@ -760,7 +434,7 @@ run_due(struct chime_pool *p, struct chime_worker *w)
     while (w->ndone < CHIME_WORKER_LATER &&
            !atomic_load_explicit(&p->due_stale, memory_order_relaxed)) {
         int64_t deadline;
-        struct chime_task *t = claim_due(w->claim_from, &deadline);
+        struct chime_task *t = chime__due_claim(w->claim_from, &deadline);
         if (t == NULL)
             return;
         int8_t st = CHIME_TASK_BATCHED;

@@ -3,7 +3,7 @@
  * chime: cancel of a queued pool one-shot without the pool's lock
  * (src/cancel.c cancel_fast, src/inbox.c chime__inbox_cancel and the
  * drain, src/complete.c chime__cancelled_locked, the fill's CAS in
- * src/worker.c fill_due_locked, chime_task_wait in src/handle.c, the
+ * src/due.c chime__due_fill_locked, chime_task_wait in src/handle.c, the
  * hand-back of src/shutdown.c chime_pool_shutdown_now), as a Promela model
  * for SPIN.
  *

@@ -5,7 +5,7 @@
  * free the argument. src/cancel.c (chime__cancel_locked,
  * chime__loop_cancel_locked, chime_task_cancel), src/handle.c
  * (chime__task_wait_idle), src/worker.c (run_due's lock-free completion,
- * chime__settle_locked), src/complete.c (chime__cancel_ran_locked),
+ * settle_locked), src/complete.c (chime__cancel_ran_locked),
  * src/timers.c (chime__loop_settle_locked), as a Promela model for SPIN.
  *
  * One task (a one-shot, or with PERIODIC a periodic task of up to NRUNS
@@ -117,7 +117,7 @@ inline cancel_locked(rc) {
 }
 
 /* The runner's settle under the lock, after the callback returned
- * (chime__settle_locked / chime__loop_settle_locked). Returns whether the
+ * (worker.c settle_locked / chime__loop_settle_locked). Returns whether the
  * task runs again. */
 inline settle_locked(again) {
     again = 0;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * chime: the pool's due rings (src/worker.c fill_due_locked, claim_due,
- * run_due, turn_locked, chime__due_grab_locked; src/cancel.c
+ * chime: the pool's due rings (src/due.c chime__due_fill_locked,
+ * chime__due_grab_locked; src/due.h chime__due_claim, chime__due_other_ring,
+ * chime__due_stuck_ring; src/worker.c run_due, turn_locked; src/cancel.c
  * chime__cancel_locked / chime_task_rearm on BATCHED, REARMING, RUNNING
  * and RUN_REARMED pool tasks; src/shutdown.c chime_pool_shutdown_now), as a
  * Promela model for SPIN.
@@ -170,7 +171,7 @@ loop:
     :: head[w] == tail[w] && head[1 - w] == tail[1 - w] -> unlock(); goto end
     fi;
 claim:
-    /* claim_due (ring r) */
+    /* chime__due_claim (ring r) */
     h = head[r];
     if
     :: h == tail[r] -> goto loop

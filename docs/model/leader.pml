@@ -3,9 +3,10 @@
  * chime: the leader-follower take protocol, as a Promela model for SPIN.
  *
  * What this models (see docs/contributing/model.md for the full discussion):
- *   src/pool.c  take_locked (leader_cv / follower_cv, the hand-over
- *               signal, release_garbage and its re-check), run_locked +
- *               chime__settle_locked (a requeue that makes a new head),
+ *   src/worker.c take_locked (lead_locked / follow_locked: leader_cv /
+ *               follower_cv, the hand-over signal, release_garbage and its
+ *               re-check), run_due + settle_locked (a requeue that makes a
+ *               new head),
  *               chime__new_head_locked, chime__submit (the offer);
  *   src/handle.c  chime_task_cancel, chime_task_rearm (queued, ready and
  *               running); a cancelled queued task stays in the heap (lazy or
@@ -299,7 +300,7 @@ inline relink(i, d)
 #define CB_RETURNS(t) true
 #endif
 
-/* chime__settle_locked(from_worker = true), for the task this worker ran. */
+/* settle_locked(from_worker = true) (worker.c), for the task it ran. */
 inline settle()
 {
     if
