@@ -14,8 +14,10 @@
 #        (ctest runs it on the build's chime_objects directory)
 set -euo pipefail
 
-order=(lib clock task annot node tz cron arena slab heap_near heap_far heap timer_heap dq ready context complete timers post inbox due worker handle submit cancel
-    shutdown pool settle loop wall group metrics dump)
+order=(lib clock task annot node tz cron arena slab heap_near heap_far heap
+    timer_heap dq ready pool deadline context complete timers post inbox due
+    worker handle submit cancel shutdown pool_ops settle loop wall group
+    metrics dump)
 
 dir=${1:?usage: scripts/layers.sh <objects directory>}
 declare -A rank def
@@ -80,9 +82,7 @@ fi
 # in `base` (below every module) unless the order names them; a few
 # headers belong to another module (`owner`).
 base=(common list spin)
-# Until the hub header (pool.h) is split into per-module headers, the
-# include check reports without failing (issue 36).
-enforce_includes=0
+enforce_includes=1
 ibad=0
 declare -A owner=([dq_heap]=dq [heap_tiers]=heap [heap_near]=heap [heap_far]=heap
     [internal]=dump)

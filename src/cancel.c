@@ -51,8 +51,14 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "cancel.h"
 #include "inbox.h"
 #include "pool.h"
+#include "complete.h"
+#include "context.h"
+#include "handle.h"
+#include "timers.h"
+#include "deadline.h"
 
 #include <errno.h>
 

@@ -19,7 +19,10 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "complete.h"
 #include "pool.h"
+#include "context.h"
+#include "deadline.h"
 
 void
 chime__pool_ref(struct chime_pool *p)

@@ -22,8 +22,10 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "context.h"
 #include "annot.h"
 #include "pool.h"
+#include "deadline.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -26,6 +26,8 @@
 #define _GNU_SOURCE
 #endif
 #include "due.h"
+#include "complete.h"
+#include "deadline.h"
 
 #include <errno.h>
 

@@ -11,6 +11,7 @@
 
 #include "pool.h"
 
+
 /* May this queued task still run in the current run state? (Java's
  * canRunInCurrentRunState.) */
 bool chime__can_run_locked(struct chime_pool *p, struct chime_task *t,

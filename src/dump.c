@@ -23,6 +23,9 @@
 #include "annot.h"
 #include "inbox.h"
 #include "pool.h"
+#include "context.h"
+#include "timers.h"
+#include "deadline.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -21,6 +21,10 @@
  */
 #include "annot.h"
 #include "pool.h"
+#include "complete.h"
+#include "context.h"
+#include "handle.h"
+#include "deadline.h"
 
 #include <errno.h>
 

@@ -26,8 +26,13 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "handle.h"
 #include "inbox.h"
 #include "pool.h"
+#include "complete.h"
+#include "context.h"
+#include "timers.h"
+#include "deadline.h"
 
 #include <errno.h>
 

@@ -61,6 +61,8 @@
  *   policy.
  */
 #include "inbox.h"
+#include "complete.h"
+#include "deadline.h"
 
 #include <errno.h>
 

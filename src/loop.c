@@ -34,6 +34,12 @@
 #endif
 #include "post.h"
 #include "spin.h"
+#include "cancel.h"
+#include "complete.h"
+#include "context.h"
+#include "submit.h"
+#include "timers.h"
+#include "deadline.h"
 
 #include <errno.h>
 #include <string.h>

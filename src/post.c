@@ -48,6 +48,9 @@
 #define _GNU_SOURCE
 #endif
 #include "post.h"
+#include "complete.h"
+#include "timers.h"
+#include "deadline.h"
 
 #include <errno.h>
 

@@ -24,6 +24,9 @@
 #endif
 #include "inbox.h"
 #include "pool.h"
+#include "complete.h"
+#include "context.h"
+#include "deadline.h"
 
 #include <errno.h>
 

@@ -15,9 +15,16 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "shutdown.h"
 #include "due.h"
 #include "inbox.h"
 #include "post.h"
+#include "cancel.h"
+#include "complete.h"
+#include "context.h"
+#include "handle.h"
+#include "timers.h"
+#include "deadline.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -15,9 +15,16 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "submit.h"
 #include "due.h"
 #include "inbox.h"
 #include "pool.h"
+#include "complete.h"
+#include "context.h"
+#include "handle.h"
+#include "timers.h"
+#include "worker.h"
+#include "deadline.h"
 
 #include <errno.h>
 

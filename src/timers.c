@@ -40,7 +40,10 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "timers.h"
 #include "pool.h"
+#include "complete.h"
+#include "deadline.h"
 
 #include <errno.h>
 

@@ -41,6 +41,11 @@
 #include "pool.h"
 #include "tz.h"
 #include "wall.h"
+#include "cancel.h"
+#include "complete.h"
+#include "context.h"
+#include "handle.h"
+#include "deadline.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -34,8 +34,12 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "worker.h"
 #include "due.h"
 #include "inbox.h"
+#include "complete.h"
+#include "context.h"
+#include "deadline.h"
 
 #include <errno.h>
 #include <stdio.h>

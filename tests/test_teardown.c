@@ -464,8 +464,9 @@ Test(teardown, finalizer_after_the_last_run_and_not_while_a_handle_is_held)
     cr_assert_eq(chime_task_wait(t, T_LONG_NS, NULL), 0);
     cr_assert(t_stays(&f.calls, 0), "called while a handle was held");
     cr_assert_eq(chime_task_release(t), 0);
-    cr_assert_eq(atomic_load(&f.calls), 1, "called at the last release");
-    cr_assert(pthread_equal(atomic_load(&f.on), pthread_self()));
+    /* Called by whoever lets go last: this release, or the worker if it
+     * had not yet let go of the pool's reference after the run. */
+    cr_assert(T_WAIT_UNTIL(atomic_load(&f.calls) == 1, T_LONG_NS));
     cr_assert_eq(atomic_load(&f.runs), 1);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(atomic_load(&f.calls), 1);
@@ -658,8 +659,12 @@ Test(teardown, finalizer_of_a_cancelled_periodic_task_after_its_run)
                  0);
     cr_assert_eq(chime_task_set_finalizer(u, fin_count), 0);
     cr_assert(T_WAIT_UNTIL(atomic_load(&f.runs) == 1, T_LONG_NS));
-    cr_assert_eq(chime_task_cancel(u, CHIME_CANCEL_WAIT), 0);
+    /* Its first run may still be returning: waited for. */
+    int rc = chime_task_cancel(u, CHIME_CANCEL_WAIT);
+    cr_assert(rc == 0 || rc == CHIME_CANCELLED_RUNNING, "cancel: %d", rc);
     cr_assert_eq(atomic_load(&f.calls), 0, "a handle is held");
+    /* The waiting cancel returned after the pool let go of it: this
+     * release is the last. */
     cr_assert_eq(chime_task_release(u), 0);
     cr_assert_eq(atomic_load(&f.calls), 1);
     /* Set, then removed: never called. */

@@ -17,6 +17,13 @@
 #include "due.h"
 #include "inbox.h"
 #include "pool.h"
+#include "cancel.h"
+#include "complete.h"
+#include "context.h"
+#include "shutdown.h"
+#include "timers.h"
+#include "worker.h"
+#include "deadline.h"
 
 #include <errno.h>
 #include <limits.h>
