@@ -3,12 +3,12 @@
  *
  * Usage: w_chime <w1|w2|w3|w4|w5> [key=value ...]
  *   w1 N=1000000 warm=100000          fire-throughput
- *   w2 L=100000 R=1000000 warm=100000 mode=cancel|rearm timer_slack=0|auto|NS   timeout-churn
- *   w3 tasks=1000 period_ms=10 warm_ms=1000 measure_ms=5000 dump=FILE
- *   w4 P=1000000                      bytes per pending task, ns per cancel
- *   w5 M=1000000 mode=post|sched      loop delivery through libevent
- * Every pool has 2 worker threads (threads=N to change).
- * Prints RESULT lines (see common.h); exits 2 when an invariant breaks.
+ *   w2 L=100000 R=1000000 warm=100000 mode=cancel|rearm timer_slack=0|auto|NS
+ * timeout-churn w3 tasks=1000 period_ms=10 warm_ms=1000 measure_ms=5000
+ * dump=FILE w4 P=1000000                      bytes per pending task, ns per
+ * cancel w5 M=1000000 mode=post|sched      loop delivery through libevent Every
+ * pool has 2 worker threads (threads=N to change). Prints RESULT lines (see
+ * common.h); exits 2 when an invariant breaks.
  */
 #include "chime_pool.h"
 #include "common.h"
@@ -393,8 +393,8 @@ struct w5 {
      * producer reads the fields above for every post (as every W5 program
      * here lays them out). */
     _Alignas(64) long count; /* loop thread only */
-    long off_loop; /* callbacks that ran elsewhere (must stay 0) */
-    int64_t t_end; /* loop thread: when callback m ran */
+    long off_loop;           /* callbacks that ran elsewhere (must stay 0) */
+    int64_t t_end;           /* loop thread: when callback m ran */
     sem_t started;
 };
 

@@ -109,7 +109,7 @@ struct split {
     long n;
     _Atomic long done; /* records the first thread has CASed */
     _Atomic int go;
-    int64_t end_ns;    /* when the follower made its last add */
+    int64_t end_ns; /* when the follower made its last add */
 };
 
 static void *
@@ -497,8 +497,8 @@ units(int argc, char **argv)
         struct split sp = {.handles = handles, .n = p};
         pthread_t f;
         if (mode == 2)
-            BENCH_CHECK(pthread_create(&f, NULL, split_follower, &sp) == 0,
-                        UW, US, "pthread_create");
+            BENCH_CHECK(pthread_create(&f, NULL, split_follower, &sp) == 0, UW,
+                        US, "pthread_create");
         long won = 0;
         t0 = bench_now_ns();
         atomic_store_explicit(&sp.go, 1, memory_order_release);

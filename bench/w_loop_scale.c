@@ -59,7 +59,7 @@ enum {
 };
 
 static const char *const w7_names[] = {
-    "chime-rearm",    "chime-touch",     "chime-touch-at", "chime-cancel",
+    "chime-rearm",    "chime-touch",     "chime-touch-at",  "chime-cancel",
     "libevent-readd", "libevent-deladd", "libevent-common",
 };
 

@@ -41,8 +41,8 @@ typedef struct conn {
     int id;
     chime_group *timers;
     chime_task *idle;
-    atomic_bool closing; /* its idle timeout started closing it */
-    atomic_bool closed;  /* that close returned */
+    atomic_bool closing;    /* its idle timeout started closing it */
+    atomic_bool closed;     /* that close returned */
     atomic_int after_close; /* timer runs that started after the close */
     atomic_int pings, retries;
     int closes;
@@ -189,9 +189,8 @@ main(int argc, char **argv)
         char label[CHIME_LABEL_MAX + 1];
         check(chime_group_new(&c->timers), "chime_group_new");
         chime_task *t;
-        check(chime_pool_schedule_at_fixed_rate(pool, on_ping, c,
-                                                5 * CHIME_MSEC,
-                                                5 * CHIME_MSEC, &t),
+        check(chime_pool_schedule_at_fixed_rate(
+                  pool, on_ping, c, 5 * CHIME_MSEC, 5 * CHIME_MSEC, &t),
               "schedule keep-alive");
         snprintf(label, sizeof label, "conn %ld keep-alive", i);
         check(chime_task_set_label(t, label), "label");
@@ -247,8 +246,10 @@ main(int argc, char **argv)
     /* Every connection closes by its idle timeout. */
     int failures = 0;
     if (wrong != 0) {
-        fprintf(stderr, EXAMPLE_NAME ": dump: %d tasks, %d not in their "
-                        "connection's group\n", listed, wrong);
+        fprintf(stderr,
+                EXAMPLE_NAME ": dump: %d tasks, %d not in their "
+                             "connection's group\n",
+                listed, wrong);
         failures++;
     }
     for (long i = 0; i < n_conns; i++) {
@@ -274,7 +275,7 @@ main(int argc, char **argv)
             chime_group_count(c->timers) != 0) {
             fprintf(stderr,
                     EXAMPLE_NAME ": connection %ld: closes %d, runs after "
-                    "close %d, timers left %ld\n",
+                                 "close %d, timers left %ld\n",
                     i, c->closes, atomic_load(&c->after_close),
                     chime_group_count(c->timers));
             failures++;

@@ -28,6 +28,7 @@ packages=(
     spin            # model checker for docs/model (scripts/spin.sh)
     doxygen         # API reference and man pages (docs/api), the docs test
     groff-base      # renders the man pages in the docs test
+    clang-format    # scripts/format.sh --check (ctest format)
     python3-croniter # issue 13: the cron differential test's oracle (/usr/bin/python3)
     "$@"
 )

@@ -35,10 +35,10 @@ struct annot {
     struct annot *next;
     const struct chime_task *task;
     const void *group;
-    int64_t jit_max;  /* the spread in ns, or 0 */
-    uint32_t jit_ppm; /* or the spread in ppm of the period */
-    uint64_t rng;     /* the generator's state */
-    int64_t jit_off;  /* the current run's offset */
+    int64_t jit_max;       /* the spread in ns, or 0 */
+    uint32_t jit_ppm;      /* or the spread in ppm of the period */
+    uint64_t rng;          /* the generator's state */
+    int64_t jit_off;       /* the current run's offset */
     chime_finalize_fn fin; /* chime_task_set_finalizer, or NULL */
     void *fin_arg;         /* the user's argument it is called with */
     char label[CHIME_LABEL_MAX + 1];
@@ -318,8 +318,8 @@ chime__jitter_draw(struct chime_task *t)
     if (a != NULL) {
         int64_t spread = a->jit_max;
         if (spread == 0 && a->jit_ppm != 0 && t->period > 0) {
-            unsigned __int128 w = (unsigned __int128)(uint64_t)t->period *
-                                  a->jit_ppm / 1000000u;
+            unsigned __int128 w =
+                (unsigned __int128)(uint64_t)t->period * a->jit_ppm / 1000000u;
             spread = w > INT64_MAX ? INT64_MAX : (int64_t)w;
         }
         if (spread > 0) {

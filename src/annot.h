@@ -33,8 +33,7 @@ void chime__annot_drop(const struct chime_task *t);
 void chime__annot_finalize(const struct chime_task *t);
 /* Sets t's finalizer (NULL: none) and the argument it is called with.
  * Returns 0 or -ENOMEM. */
-int chime__annot_set_fin(struct chime_task *t, chime_finalize_fn fn,
-                         void *arg);
+int chime__annot_set_fin(struct chime_task *t, chime_finalize_fn fn, void *arg);
 
 /* Jitter (chime_task_set_jitter). Called with the lock the task changes
  * under (its pool's, or its binding's) held, which guards the jitter

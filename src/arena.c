@@ -25,7 +25,8 @@ struct arena_chunk {
 };
 
 #define HEADER ((size_t)1 << CHIME_ARENA_MIN_SHIFT)
-#define MAX_BLOCK ((size_t)1 << (CHIME_ARENA_MIN_SHIFT + CHIME_ARENA_CLASSES - 1))
+#define MAX_BLOCK                                                              \
+    ((size_t)1 << (CHIME_ARENA_MIN_SHIFT + CHIME_ARENA_CLASSES - 1))
 
 void
 chime__arena_init(struct chime_arena *a)

@@ -52,20 +52,19 @@
 #define _GNU_SOURCE
 #endif
 #include "cancel.h"
-#include "inbox.h"
-#include "pool.h"
 #include "complete.h"
 #include "context.h"
-#include "handle.h"
-#include "timers.h"
 #include "deadline.h"
+#include "handle.h"
+#include "inbox.h"
+#include "pool.h"
+#include "timers.h"
 
 #include <errno.h>
 
 int
-chime__cancel_locked(struct chime_pool *p, struct chime_task *t,
-                     unsigned flags, bool queued_only,
-                     struct chime_task **garbage)
+chime__cancel_locked(struct chime_pool *p, struct chime_task *t, unsigned flags,
+                     bool queued_only, struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&p->mu);
     CHIME_ASSERT(t->loop_id == 0); /* loop tasks: chime__loop_cancel_locked */
@@ -456,8 +455,8 @@ chime_task_set_missed_tick(chime_task *t, chime_missed_tick policy)
     int rc = lock_live(t, &l); /* flags: the lock the task changes under */
     if (rc != 0)
         return rc;
-    t->flags = (uint8_t)((t->flags & ~CHIME_TF_MISSED) |
-                         ((unsigned)policy << 5));
+    t->flags =
+        (uint8_t)((t->flags & ~CHIME_TF_MISSED) | ((unsigned)policy << 5));
     pthread_mutex_unlock(l ? &l->mu : &chime__task_pool(t)->mu);
     return 0;
 }
@@ -466,8 +465,8 @@ int
 chime_task_set_jitter(chime_task *t, int64_t max_ns, double fraction,
                       unsigned flags)
 {
-    if (t == NULL || chime__task_kind(t) == CHIME_KIND_ONESHOT ||
-        max_ns < 0 || !(fraction >= 0.0 && fraction <= 1.0) ||
+    if (t == NULL || chime__task_kind(t) == CHIME_KIND_ONESHOT || max_ns < 0 ||
+        !(fraction >= 0.0 && fraction <= 1.0) ||
         (max_ns != 0 && fraction != 0.0) || (flags & ~CHIME_JITTER_NOW))
         return -EINVAL;
     uint32_t ppm = (uint32_t)(fraction * 1e6 + 0.5);
@@ -490,8 +489,8 @@ chime_task_set_jitter(chime_task *t, int64_t max_ns, double fraction,
         return 0;
     }
     /* A generator per task: the pool's seed and this call's number. */
-    uint64_t k = atomic_fetch_add_explicit(&p->jitter_calls, 1,
-                                           memory_order_relaxed);
+    uint64_t k =
+        atomic_fetch_add_explicit(&p->jitter_calls, 1, memory_order_relaxed);
     uint64_t seed = p->jitter_seed ^ (k + 1) * UINT64_C(0xd1b54a32d192ed03);
     bool was = t->flags & CHIME_TF_JITTER;
     /* The pending run's draw so far (its deadline less it is its grid

@@ -110,4 +110,3 @@ chime__cond_init(pthread_cond_t *cv)
     pthread_condattr_destroy(&a);
     return rc;
 }
-

@@ -78,7 +78,6 @@ int chime__thread_id(void);
 #define CHIME_ASSERT_HELD(mu) ((void)0)
 #endif
 
-
 /* Lock acquisitions, counted per thread in a benchmark build
  * (-DCHIME_LOCK_STATS: chime__lock_stats() in lib.c reads them), free
  * otherwise. POOL: a pool's mutex, shared by every thread using the pool;

@@ -12,17 +12,17 @@
  * - The pool's memory outlives chime_pool_destroy() while tasks with a
  *   handle hold it (pool->refs): a waiter never sees the mutex freed.
  * - Termination: run_state >= SHUTDOWN, queue empty, no post in flight,
- *   no binding holding a task (loop->tasks, timers.c), no worker left (nthreads == 0 and nexiting ==
- *   0). Then TIDYING, the terminated hook (unlocked), TERMINATED, and
- *   term_cv is broadcast.
+ *   no binding holding a task (loop->tasks, timers.c), no worker left (nthreads
+ * == 0 and nexiting == 0). Then TIDYING, the terminated hook (unlocked),
+ * TERMINATED, and term_cv is broadcast.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "complete.h"
-#include "pool.h"
 #include "context.h"
 #include "deadline.h"
+#include "pool.h"
 
 void
 chime__pool_ref(struct chime_pool *p)
@@ -34,8 +34,7 @@ static void
 pool_free_shell(struct chime_pool *p)
 {
     if (atomic_load_explicit(&p->wall, memory_order_acquire) != NULL)
-        atomic_load_explicit(&chime__wall_hooks, memory_order_acquire)
-            ->fini(p);
+        atomic_load_explicit(&chime__wall_hooks, memory_order_acquire)->fini(p);
     /* Bindings (all closed by now) live as long as the pool's memory: a
      * handle to a loop task may still lock its binding. */
     while (!chime__list_empty(&p->closed_loops)) {
@@ -288,7 +287,7 @@ chime__free_garbage(struct chime_task *list)
     chime__free_batch_flush(&b);
 }
 
-#define LOOP_CACHE_MAX 1024u /* nodes a binding keeps */
+#define LOOP_CACHE_MAX 1024u  /* nodes a binding keeps */
 #define LOOP_CREDIT_MAX 1024u /* pool references a binding keeps */
 
 void

@@ -24,8 +24,8 @@
 #endif
 #include "context.h"
 #include "annot.h"
-#include "pool.h"
 #include "deadline.h"
+#include "pool.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -113,7 +113,8 @@ log_failed_periodic(struct chime_pool *p, struct chime_task *t, int rc)
     char name[96] = "";
     if (rc < 0 && rc > -4096) {
         char buf[80];
-        snprintf(name, sizeof(name), " (%s)", strerror_r(-rc, buf, sizeof(buf)));
+        snprintf(name, sizeof(name), " (%s)",
+                 strerror_r(-rc, buf, sizeof(buf)));
     }
     char msg[256];
     snprintf(msg, sizeof(msg),

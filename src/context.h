@@ -48,7 +48,6 @@ bool chime__inside(const struct chime_pool *p, unsigned kinds);
  * exist there: every entry point that would take it answers first. */
 #define CHIME_FORKED(p) chime__forked((p)->fork_gen)
 
-
 /* ---- wall.c, reached from below through these hooks -------------------- */
 /* Wall-clock and calendar tasks (wall.c) run through a trampoline whose
  * argument is their context; the layers below wall.c (which is on top of
@@ -56,11 +55,11 @@ bool chime__inside(const struct chime_pool *p, unsigned kinds);
  * these, set before the first such task exists. */
 struct chime_wall_hooks {
     chime_task_fn trampoline;
-    chime_task_fn (*fn_of)(void *ctx);   /* the user's callback */
-    void *(*arg_of)(void *ctx);          /* the user's argument */
+    chime_task_fn (*fn_of)(void *ctx);         /* the user's callback */
+    void *(*arg_of)(void *ctx);                /* the user's argument */
     void (*rearmed)(void *ctx, int64_t delay); /* a user's re-arm */
-    void (*stop)(struct chime_pool *p);  /* destroy: the step watcher ends */
-    void (*fini)(struct chime_pool *p);  /* the pool's memory goes */
+    void (*stop)(struct chime_pool *p); /* destroy: the step watcher ends */
+    void (*fini)(struct chime_pool *p); /* the pool's memory goes */
 };
 extern const struct chime_wall_hooks *_Atomic chime__wall_hooks;
 

@@ -146,7 +146,8 @@ chime__pool_now(const struct chime_pool *p)
 static inline int64_t
 chime__slack_base(const struct chime_pool *p, int64_t delay)
 {
-    int64_t slack = atomic_load_explicit(&p->coarse_slack, memory_order_relaxed);
+    int64_t slack =
+        atomic_load_explicit(&p->coarse_slack, memory_order_relaxed);
     if (slack != 0 && delay >= CHIME_SEC)
         return chime__sat_add(chime__coarse_ns(), slack);
     return INT64_MIN;

@@ -34,8 +34,8 @@
 /* May this queued task still run in the current run state? (Java's
  * canRunInCurrentRunState.) */
 bool
-chime__can_run_locked(struct chime_pool *p, struct chime_task *t, int64_t deadline,
-               int64_t now)
+chime__can_run_locked(struct chime_pool *p, struct chime_task *t,
+                      int64_t deadline, int64_t now)
 {
     CHIME_ASSERT_HELD(&p->mu);
     if (p->run_state == CHIME_POOL_RUNNING)
@@ -78,8 +78,7 @@ chime__due_fill_locked(struct chime_pool *p, struct chime_worker *w,
             break;
         int st0 = chime__task_state_raw(t);
         bool final = chime__state_is_final(st0);
-        if (!(t->flags & CHIME_TF_LAZY) &&
-            chime__undefer_locked(&p->heap, t)) {
+        if (!(t->flags & CHIME_TF_LAZY) && chime__undefer_locked(&p->heap, t)) {
             peeked = false; /* a push: look in full again */
             continue;
         }
@@ -146,9 +145,8 @@ claim_all_locked(struct chime_due_ring *r, uint64_t *h, uint64_t *tail)
     *h = atomic_load_explicit(&r->head, memory_order_acquire);
     *tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
     while (*h != *tail &&
-           !atomic_compare_exchange_weak_explicit(&r->head, h, *tail,
-                                                  memory_order_acq_rel,
-                                                  memory_order_acquire))
+           !atomic_compare_exchange_weak_explicit(
+               &r->head, h, *tail, memory_order_acq_rel, memory_order_acquire))
         ;
 }
 
@@ -269,7 +267,7 @@ chime__due_requeue_rearmed_locked(struct chime_pool *p, struct chime_task *t,
      * delayed one-shots were applied when it was queued (now = INT64_MAX
      * passes them); a periodic one, or any after shutdown_now, goes. */
     chime__queue_again_locked(p, t, chime__rearm_target(t), INT64_MAX, true,
-                       have ? &seq : NULL, garbage);
+                              have ? &seq : NULL, garbage);
 }
 
 /* Does the heap's head come before the last entry of a ring that has
@@ -286,13 +284,14 @@ chime__due_heap_first_locked(struct chime_pool *p)
         struct chime_due_ring *r = &p->due[i];
         if (chime__due_avail(r) == 0)
             continue;
-        uint64_t last = atomic_load_explicit(&r->tail, memory_order_relaxed) - 1;
+        uint64_t last =
+            atomic_load_explicit(&r->tail, memory_order_relaxed) - 1;
         struct chime_due_entry *e = &r->e[last % CHIME_DUE_CAP];
         int64_t d = atomic_load_explicit(&e->deadline, memory_order_relaxed);
         uint32_t seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
         /* A deferred re-arm's slot comes first among equal deadlines
-         * (heap_tiers.h, chime__heap_slot_less); its task's number is not read: a
-         * re-arm without the lock may be rewriting it (cancel.c). */
+         * (heap_tiers.h, chime__heap_slot_less); its task's number is not read:
+         * a re-arm without the lock may be rewriting it (cancel.c). */
         if (hd != d ? hd < d
                     : ((top->flags & CHIME_TF_DEFER) ||
                        (int32_t)(top->seq - seq) < 0))

@@ -11,7 +11,6 @@
 
 #include "pool.h"
 
-
 /* May this queued task still run in the current run state? (Java's
  * canRunInCurrentRunState.) */
 bool chime__can_run_locked(struct chime_pool *p, struct chime_task *t,
@@ -41,8 +40,8 @@ void chime__due_requeue_rearmed_locked(struct chime_pool *p,
 /* Puts t, out of the heap and not completed, back in the heap at deadline,
  * or completes it when it may no longer run (see due.c). */
 void chime__queue_again_locked(struct chime_pool *p, struct chime_task *t,
-                               int64_t deadline, int64_t now,
-                               bool from_worker, const uint32_t *seq,
+                               int64_t deadline, int64_t now, bool from_worker,
+                               const uint32_t *seq,
                                struct chime_task **garbage);
 
 /* Claims the next entry of ring r (no lock), or returns NULL. */

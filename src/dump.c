@@ -21,11 +21,11 @@
 #define _GNU_SOURCE
 #endif
 #include "annot.h"
+#include "context.h"
+#include "deadline.h"
 #include "inbox.h"
 #include "pool.h"
-#include "context.h"
 #include "timers.h"
-#include "deadline.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -69,9 +69,8 @@ retain_held(struct chime_task *t)
 }
 
 /* Adds t, retained already (held: by retain_held) or not. */
-static void
-add_held(struct snap *s, struct chime_task *t, int64_t deadline, bool due,
-         bool held);
+static void add_held(struct snap *s, struct chime_task *t, int64_t deadline,
+                     bool due, bool held);
 
 static void
 add(struct snap *s, struct chime_task *t, int64_t deadline, bool due)
@@ -314,8 +313,9 @@ print_one(const chime_task_info *i, void *ctx)
     char period[32] = "-";
     if (i->period_ns != 0)
         snprintf(period, sizeof period, "%.6f", (double)i->period_ns / 1e9);
-    if (fprintf(pr->f, "%+.6f s  period %s  %-5s %s group %p  \"%s\"  "
-                       "task %p fn %p arg %p\n",
+    if (fprintf(pr->f,
+                "%+.6f s  period %s  %-5s %s group %p  \"%s\"  "
+                "task %p fn %p arg %p\n",
                 (double)in / 1e9, period, kind_names[i->kind],
                 i->due ? "due " : "wait", i->group, i->label, i->id,
                 (void *)(uintptr_t)i->fn, i->arg) < 0)
@@ -337,8 +337,10 @@ chime_pool_dump_file(chime_pool *p, FILE *f)
     if (p == NULL || f == NULL)
         return -EINVAL;
     struct printer pr = {.f = f, .now = chime_pool_now(p)};
-    if (fprintf(f, "chime pool %s: pending tasks (deadline from now, "
-                   "period in s)\n", p->name) < 0)
+    if (fprintf(f,
+                "chime pool %s: pending tasks (deadline from now, "
+                "period in s)\n",
+                p->name) < 0)
         return -EIO;
     int n = chime_pool_dump(p, print_one, &pr);
     if (n >= 0 && !pr.failed && fprintf(f, "%d tasks\n", n) < 0)
@@ -352,8 +354,10 @@ chime_loop_dump_file(chime_loop *l, FILE *f)
     if (l == NULL || f == NULL)
         return -EINVAL;
     struct printer pr = {.f = f, .now = chime_pool_now(l->pool)};
-    if (fprintf(f, "chime loop %u: pending tasks (deadline from now, "
-                   "period in s)\n", (unsigned)l->id) < 0)
+    if (fprintf(f,
+                "chime loop %u: pending tasks (deadline from now, "
+                "period in s)\n",
+                (unsigned)l->id) < 0)
         return -EIO;
     int n = chime_loop_dump(l, print_one, &pr);
     if (n >= 0 && !pr.failed && fprintf(f, "%d tasks\n", n) < 0)

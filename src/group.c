@@ -20,11 +20,11 @@
  *   connection's close cannot escape it.
  */
 #include "annot.h"
-#include "pool.h"
 #include "complete.h"
 #include "context.h"
-#include "handle.h"
 #include "deadline.h"
+#include "handle.h"
+#include "pool.h"
 
 #include <errno.h>
 
@@ -211,9 +211,9 @@ chime_group_wait(chime_group *g, int64_t timeout_ns)
 {
     if (g == NULL)
         return -EINVAL;
-    int64_t end = timeout_ns < 0 ? INT64_MAX
-                                 : chime__sat_add(chime__monotonic_ns(),
-                                                  timeout_ns);
+    int64_t end = timeout_ns < 0
+                      ? INT64_MAX
+                      : chime__sat_add(chime__monotonic_ns(), timeout_ns);
     for (;;) {
         size_t n;
         int rc;

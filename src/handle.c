@@ -27,12 +27,12 @@
 #define _GNU_SOURCE
 #endif
 #include "handle.h"
-#include "inbox.h"
-#include "pool.h"
 #include "complete.h"
 #include "context.h"
-#include "timers.h"
 #include "deadline.h"
+#include "inbox.h"
+#include "pool.h"
+#include "timers.h"
 
 #include <errno.h>
 
@@ -246,8 +246,7 @@ wait_count(struct wait_place *w, int d)
     else if (d > 0) {
         atomic_fetch_add(w->pool_waiters, 1);
         atomic_thread_fence(memory_order_seq_cst);
-    }
-    else
+    } else
         atomic_fetch_sub(w->pool_waiters, 1);
 }
 

@@ -12,7 +12,6 @@ int chime__task_wait_idle(struct chime_task *t, int64_t timeout_ns);
 /* chime_task_release() of a handle reference held under a lock: a task
  * left with no reference goes on *later, for chime__free_garbage() once
  * the lock is released (its finalizer must not run under it). */
-void chime__task_release_later(struct chime_task *t,
-                               struct chime_task **later);
+void chime__task_release_later(struct chime_task *t, struct chime_task **later);
 
 #endif

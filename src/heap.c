@@ -41,7 +41,7 @@ static inline struct chime_task *
 detached_word(const struct chime_task *t)
 {
     uintptr_t w = (t->flags & CHIME_TF_DEFER) ? (uintptr_t)t | 3u
-                                               : ((uintptr_t)t->seq << 4) | 1u;
+                                              : ((uintptr_t)t->seq << 4) | 1u;
     return (struct chime_task *)w;
 }
 
@@ -95,7 +95,8 @@ sift_down(chime_heap *h, uint32_t i)
 static void
 fix(chime_heap *h, uint32_t i)
 {
-    if (i > 0 && chime__heap_slot_less(&h->slots[i], &h->slots[(i - 1) / ARITY]))
+    if (i > 0 &&
+        chime__heap_slot_less(&h->slots[i], &h->slots[(i - 1) / ARITY]))
         sift_up(h, i);
     else
         sift_down(h, i);
@@ -170,8 +171,8 @@ grow(chime_heap *h, uint32_t want)
         ncap += ncap / 2;
     }
     /* Not realloc: the new block must be placed on the cache-line grid. */
-    void *raw = chime__malloc((size_t)(ncap + PAD) * sizeof(chime_heap_slot) +
-                              LINE);
+    void *raw =
+        chime__malloc((size_t)(ncap + PAD) * sizeof(chime_heap_slot) + LINE);
     if (raw == NULL)
         return -ENOMEM;
     uintptr_t base = ((uintptr_t)raw + LINE - 1) & ~(uintptr_t)(LINE - 1);
@@ -214,8 +215,7 @@ chime__heap_unreserve(chime_heap *h, uint32_t n)
 static int
 far_push(chime_heap *h, struct chime_task *t, int64_t deadline)
 {
-    if (!h->near_on || h->far_slab == NULL ||
-        (t->flags & CHIME_TF_DEFER) ||
+    if (!h->near_on || h->far_slab == NULL || (t->flags & CHIME_TF_DEFER) ||
         chime__task_kind(t) != CHIME_KIND_ONESHOT ||
         (deadline >> CHIME_NEAR_SHIFT) - h->near_cur <
             (int64_t)CHIME_NEAR_SLOTS)
@@ -226,8 +226,7 @@ far_push(chime_heap *h, struct chime_task *t, int64_t deadline)
         return 1; /* past the numbered chunks */
     if (chime__heap_far_skip(h)) {
         if (deadline < h->far_last ||
-            (deadline == h->far_last &&
-             (int32_t)(t->seq - h->far_seq) <= 0))
+            (deadline == h->far_last && (int32_t)(t->seq - h->far_seq) <= 0))
             return 1; /* earlier than its last entry */
     } else {
         chime_heap_slot *f = front(h);
@@ -492,7 +491,8 @@ void
 chime__heap_remove(chime_heap *h, struct chime_task *t)
 {
     CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
-    if (chime__heap_in_near(t) || chime__heap_in_run(t) || chime__heap_in_far(t)) {
+    if (chime__heap_in_near(t) || chime__heap_in_run(t) ||
+        chime__heap_in_far(t)) {
         if (chime__heap_in_near(t))
             chime__heap_near_take(h, t);
         else if (chime__heap_in_run(t))
@@ -500,7 +500,7 @@ chime__heap_remove(chime_heap *h, struct chime_task *t)
         else
             chime__heap_far_tomb(h, t);
         t->heap_index = CHIME_HEAP_NONE;
-        t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+        t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
         return;
     }
     uint32_t i = t->heap_index;
@@ -509,7 +509,7 @@ chime__heap_remove(chime_heap *h, struct chime_task *t)
     t->heap_index = CHIME_HEAP_NONE;
     if (t->flags & CHIME_TF_LAZY)
         h->lazy--;
-    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+    t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
     remove_at(h, i);
 }
 
@@ -522,7 +522,7 @@ chime__heap_detach(chime_heap *h, struct chime_task *t)
         else
             chime__heap_far_tomb(h, t);
         t->heap_index = CHIME_HEAP_NONE;
-        t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+        t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
         return;
     }
     if (chime__heap_in_near(t)) {
@@ -531,7 +531,7 @@ chime__heap_detach(chime_heap *h, struct chime_task *t)
         h->near[b].v[k].task = detached_word(t);
         h->near_lazy++;
         t->heap_index = CHIME_HEAP_NONE;
-        t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+        t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
         return;
     }
     uint32_t i = t->heap_index;
@@ -541,7 +541,7 @@ chime__heap_detach(chime_heap *h, struct chime_task *t)
     h->slots[i].task = detached_word(t);
     h->lazy++;
     t->heap_index = CHIME_HEAP_NONE;
-    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+    t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
 }
 
 struct chime_task *
@@ -567,7 +567,8 @@ chime__heap_pop(chime_heap *h, int64_t *deadline)
 void
 chime__heap_update(chime_heap *h, struct chime_task *t, int64_t deadline)
 {
-    if (chime__heap_in_near(t) || chime__heap_in_run(t) || chime__heap_in_far(t)) {
+    if (chime__heap_in_near(t) || chime__heap_in_run(t) ||
+        chime__heap_in_far(t)) {
         /* Out of its bucket or run, in again where the new key belongs
          * (room for it was reserved: it cannot fail). */
         if (chime__heap_in_near(t))
@@ -601,8 +602,8 @@ chime__heap_each(const chime_heap *h,
 
 uint32_t
 chime__heap_filter(chime_heap *h,
-                   int (*drop)(struct chime_task *, int64_t, void *),
-                   void *ctx, struct chime_task **removed)
+                   int (*drop)(struct chime_task *, int64_t, void *), void *ctx,
+                   struct chime_task **removed)
 {
     uint32_t kept = 0, n = h->len;
     for (uint32_t i = 0; i < n; i++) {
@@ -635,9 +636,8 @@ chime__heap_check(const chime_heap *h)
 {
     for (uint32_t i = 0; i < h->len; i++) {
         const chime_heap_slot *s = &h->slots[i];
-        if (!DETACHED(*s) &&
-            (s->task == NULL || s->task->heap_index != i ||
-             !(s->task->flags & CHIME_TF_INHEAP)))
+        if (!DETACHED(*s) && (s->task == NULL || s->task->heap_index != i ||
+                              !(s->task->flags & CHIME_TF_INHEAP)))
             return -1;
         if (i > 0 && chime__heap_slot_less(s, &h->slots[(i - 1) / ARITY]))
             return -1;

@@ -64,7 +64,7 @@ typedef struct chime_heap_slot {
  * consumed run's array goes onto a short stack of spares: a bucket that
  * opens takes the one last consumed (warm in the cache, its pages
  * mapped) for its later entries. */
-#define CHIME_NEAR_SHIFT 17 /* 131 us */
+#define CHIME_NEAR_SHIFT 17   /* 131 us */
 #define CHIME_NEAR_SLOTS 128u /* a 16.8 ms window */
 #define CHIME_NEAR_RUNS 1024u /* sorted runs waiting to be consumed */
 #define CHIME_NEAR_SPARES 16u /* consumed runs' arrays kept for buckets */
@@ -88,12 +88,12 @@ typedef struct chime_heap_slot {
 
 typedef struct chime_heap {
     chime_heap_slot *slots; /* logical slot 0 (inside raw, aligned) */
-    void *raw;   /* the allocation */
+    void *raw;              /* the allocation */
     uint32_t len;
     uint32_t cap;
-    uint32_t reserved; /* array slots promised to reserve_more's caller */
-    uint32_t lazy; /* cancelled, not yet taken out (CHIME_TF_LAZY) */
-    bool near_on;      /* the near window is used */
+    uint32_t reserved;  /* array slots promised to reserve_more's caller */
+    uint32_t lazy;      /* cancelled, not yet taken out (CHIME_TF_LAZY) */
+    bool near_on;       /* the near window is used */
     uint32_t near_n;    /* bucket entries, detached ones included */
     uint32_t near_lazy; /* detached bucket entries */
     int64_t near_cur;   /* the last opened slot */
@@ -104,23 +104,23 @@ typedef struct chime_heap {
         uint32_t n, cap;
     } near[CHIME_NEAR_SLOTS];
     uint32_t run_head, run_count; /* the runs' ring */
-    uint32_t run_n;    /* run entries not consumed, tombstones incl. */
-    uint32_t run_lazy; /* tombstones among them */
-    chime_heap_slot *scratch;     /* the bucket sort's buffer */
+    uint32_t run_n;           /* run entries not consumed, tombstones incl. */
+    uint32_t run_lazy;        /* tombstones among them */
+    chime_heap_slot *scratch; /* the bucket sort's buffer */
     uint32_t scratch_cap;
     struct {
-        uint32_t *v; /* slab handles; the key: defer_deadline, seq */
+        uint32_t *v;          /* slab handles; the key: defer_deadline, seq */
         uint32_t pos, n, cap; /* entries [pos, n), tombstones incl. */
     } far;
     chime_heap_slot far_key; /* its front as a slot (valid until it changes) */
     const struct chime_slab *far_slab; /* its entries' slab */
-    uint32_t far_lazy;  /* tombstones in the far run */
-    uint32_t far_seq;   /* the key of its last entry: deadline, seq */
+    uint32_t far_lazy;                 /* tombstones in the far run */
+    uint32_t far_seq; /* the key of its last entry: deadline, seq */
     int64_t far_last;
     struct {
         chime_heap_slot *v;
         uint32_t n, pos, cap;
-    } *run; /* the ring: CHIME_NEAR_RUNS, or NULL before the first */
+    } * run; /* the ring: CHIME_NEAR_RUNS, or NULL before the first */
     struct {
         chime_heap_slot *v;
         uint32_t cap;
@@ -142,7 +142,8 @@ int chime__heap_push(chime_heap *h, struct chime_task *t, int64_t deadline);
 /* As push, but an entry into the near window's bucket does not open
  * the bucket when it is the earliest: the head is right again at the
  * next peek (or pop, front...), which a run of pushes makes once. */
-int chime__heap_push_many(chime_heap *h, struct chime_task *t, int64_t deadline);
+int chime__heap_push_many(chime_heap *h, struct chime_task *t,
+                          int64_t deadline);
 /* The head task, or NULL when empty; its deadline (INT64_MAX). Drop
  * detached slots at the head first. */
 struct chime_task *chime__heap_peek(chime_heap *h);
@@ -160,15 +161,15 @@ void chime__heap_update(chime_heap *h, struct chime_task *t, int64_t deadline);
  * none (a compaction: detached slots and tombstones go, no task is
  * read). */
 uint32_t chime__heap_filter(chime_heap *h,
-                    int (*drop)(struct chime_task *t, int64_t deadline,
-                                void *ctx),
-                    void *ctx, struct chime_task **removed);
+                            int (*drop)(struct chime_task *t, int64_t deadline,
+                                        void *ctx),
+                            void *ctx, struct chime_task **removed);
 /* Calls fn(t, deadline, ctx) for every queued task (detached slots
  * skipped), in no particular order; changes nothing. */
 void chime__heap_each(const chime_heap *h,
-              void (*fn)(struct chime_task *t, int64_t deadline,
-                         void *ctx),
-              void *ctx);
+                      void (*fn)(struct chime_task *t, int64_t deadline,
+                                 void *ctx),
+                      void *ctx);
 /* Checks the heap property and every index; returns 0 or -1. */
 int chime__heap_check(const chime_heap *h);
 

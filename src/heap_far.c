@@ -103,8 +103,7 @@ chime__heap_far_check(const chime_heap *h)
             chime__task_kind(t) != CHIME_KIND_ONESHOT ||
             (have_prev && chime__heap_slot_less(&e, &fprev)) ||
             e.deadline > h->far_last ||
-            (e.deadline == h->far_last &&
-             (int32_t)(t->seq - h->far_seq) > 0))
+            (e.deadline == h->far_last && (int32_t)(t->seq - h->far_seq) > 0))
             return -1;
         fprev = e;
         have_prev = true;

@@ -37,8 +37,8 @@ chime__heap_arr_resize(chime_heap *h, chime_heap_slot *v, uint32_t cap,
     size_t bytes = chime__arena_size((size_t)*ncap * sizeof(chime_heap_slot));
     /* Whole slots in every block: the pool's 16-byte slots. */
     CHIME_ASSERT(bytes % sizeof(chime_heap_slot) == 0);
-    chime_heap_slot *nv = chime__arena_realloc(&h->arena, v, (size_t)cap * sizeof(chime_heap_slot),
-                                    bytes);
+    chime_heap_slot *nv = chime__arena_realloc(
+        &h->arena, v, (size_t)cap * sizeof(chime_heap_slot), bytes);
     if (nv != NULL)
         *ncap = (uint32_t)(bytes / sizeof(chime_heap_slot));
     return nv;
@@ -108,10 +108,20 @@ sort_slots(chime_heap_slot *v, uint32_t n)
 {
     while (n > 16) {
         chime_heap_slot *a = &v[0], *m = &v[n / 2], *z = &v[n - 1], t;
-        if (chime__heap_slot_less(m, a)) { t = *m; *m = *a; *a = t; }
+        if (chime__heap_slot_less(m, a)) {
+            t = *m;
+            *m = *a;
+            *a = t;
+        }
         if (chime__heap_slot_less(z, m)) {
-            t = *z; *z = *m; *m = t;
-            if (chime__heap_slot_less(m, a)) { t = *m; *m = *a; *a = t; }
+            t = *z;
+            *z = *m;
+            *m = t;
+            if (chime__heap_slot_less(m, a)) {
+                t = *m;
+                *m = *a;
+                *a = t;
+            }
         }
         chime_heap_slot pivot = *m;
         uint32_t i = 0, j = n - 1;
@@ -122,7 +132,9 @@ sort_slots(chime_heap_slot *v, uint32_t n)
                 j--;
             if (i >= j)
                 break;
-            t = v[i]; v[i] = v[j]; v[j] = t;
+            t = v[i];
+            v[i] = v[j];
+            v[j] = t;
             i++;
             j--;
         }
@@ -157,7 +169,8 @@ sort_bucket(chime_heap *h, chime_heap_slot *v, uint32_t n)
     }
     if (h->scratch_cap < n) {
         uint32_t ncap = n + n / 2;
-        chime_heap_slot *ns = chime__realloc(h->scratch, (size_t)ncap * sizeof(chime_heap_slot));
+        chime_heap_slot *ns =
+            chime__realloc(h->scratch, (size_t)ncap * sizeof(chime_heap_slot));
         if (ns == NULL) {
             sort_slots(v, n);
             return;
@@ -233,7 +246,8 @@ append_to_run(chime_heap *h, uint32_t b)
         uint32_t ncap = h->run[r].cap * 2;
         if (ncap < at + n)
             ncap = at + n;
-        chime_heap_slot *nv = chime__heap_arr_resize(h, h->run[r].v, h->run[r].cap, &ncap);
+        chime_heap_slot *nv =
+            chime__heap_arr_resize(h, h->run[r].v, h->run[r].cap, &ncap);
         if (nv == NULL)
             return false;
         h->run[r].v = nv;

@@ -47,11 +47,12 @@ chime__heap_slot_less(const chime_heap_slot *a, const chime_heap_slot *b)
 }
 
 #define NEAR_MASK (CHIME_NEAR_SLOTS - 1u)
-#define NEAR_INDEX(b, i) (CHIME_NEAR_FLAG | ((uint32_t)(b) << 20) | (uint32_t)(i))
+#define NEAR_INDEX(b, i)                                                       \
+    (CHIME_NEAR_FLAG | ((uint32_t)(b) << 20) | (uint32_t)(i))
 #define RUN_INDEX(r, i)                                                        \
     (CHIME_NEAR_FLAG | CHIME_NEAR_RUN | ((uint32_t)(r) << 20) | (uint32_t)(i))
 #define NEAR_B(x) (((x) >> 20) & 0x3ffu) /* a run's: 10 bits, to bit 29 */
-#define NEAR_I(x) ((x) & 0xfffffu)
+#define NEAR_I(x) ((x)&0xfffffu)
 #define NEAR_MAX 0xfffffu
 #define RUN_MASK (CHIME_NEAR_RUNS - 1u)
 #define TOMB ((struct chime_task *)(uintptr_t)1)
@@ -124,7 +125,7 @@ chime__heap_far_skip(chime_heap *h)
 static inline void
 chime__heap_hand_out(struct chime_task *t, struct chime_task **removed)
 {
-    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+    t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
     t->next = *removed;
     *removed = t;
 }
@@ -169,7 +170,7 @@ chime__heap_far_take(chime_heap *h)
         __builtin_prefetch(chime__heap_far_task(h, h->far.v[ahead]), 1);
     h->far.pos++;
     t->heap_index = CHIME_HEAP_NONE;
-    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+    t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
 }
 
 /* A run entry becomes a tombstone: the run lets go of its task. */
@@ -217,7 +218,7 @@ chime__heap_run_take_front(chime_heap *h)
     h->run[r].pos++;
     h->run_n--;
     t->heap_index = CHIME_HEAP_NONE;
-    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+    t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
 }
 
 /* ---- heap_near.c: the near window's buckets and the sorted runs ---- */

@@ -43,15 +43,14 @@
  *   drain tops the room up to imax, from the array's spare slots first
  *   (imax doubles, up to CHIME_INBOX_ROOM_MAX and to the queue's length,
  *   whenever a submission found no room: a producer that outruns the
- *   drains gets more); it grows the array only when the room is spent, and a growth
- *   that fails leaves it spent. Without room a submission takes the
- *   locked path, which drains (and tops up) first and reports -ENOMEM
- *   itself. Nodes come from the slab's freed stack (an exchange, no
- *   lock), or from the slab under pool->mu when nothing was freed. A
- *   handle's reference on the pool comes from a credit under ilock
- *   (CHIME_INBOX_CREDIT references taken with one atomic add; the rest
- *   given back when the inbox closes, which every shutdown does before
- *   the owner's reference goes).
+ *   drains gets more); it grows the array only when the room is spent, and a
+ * growth that fails leaves it spent. Without room a submission takes the locked
+ * path, which drains (and tops up) first and reports -ENOMEM itself. Nodes come
+ * from the slab's freed stack (an exchange, no lock), or from the slab under
+ * pool->mu when nothing was freed. A handle's reference on the pool comes from
+ * a credit under ilock (CHIME_INBOX_CREDIT references taken with one atomic
+ * add; the rest given back when the inbox closes, which every shutdown does
+ * before the owner's reference goes).
  * - Termination. iopen is read under ilock and changed under pool->mu
  *   and ilock (chime__inbox_update_locked): open while the pool runs with
  *   all its core workers and no capacity bound (a capacity, a zero-core
@@ -65,7 +64,6 @@
 #include "deadline.h"
 
 #include <errno.h>
-
 
 /* Fetches the array slot of t (queued, or not: then nothing). */
 static inline void
@@ -135,8 +133,7 @@ chime__inbox_push(struct chime_pool *p, chime_task_fn fn, void *arg,
         if (!atomic_load_explicit(&p->iopen, memory_order_relaxed) ||
             atomic_load_explicit(&p->iroom, memory_order_relaxed) == 0) {
             if (atomic_load_explicit(&p->iopen, memory_order_relaxed))
-                atomic_store_explicit(&p->istarved, true,
-                                      memory_order_relaxed);
+                atomic_store_explicit(&p->istarved, true, memory_order_relaxed);
             chime__spin_unlock(&p->ilock);
             return 1;
         }
@@ -152,10 +149,9 @@ chime__inbox_push(struct chime_pool *p, chime_task_fn fn, void *arg,
     /* The next nodes were freed by a worker on another core: fetch them
      * while this one is filled in. */
     chime__node_prefetch_after(t, p->ifree);
-    atomic_store_explicit(&p->iroom,
-                          atomic_load_explicit(&p->iroom,
-                                               memory_order_relaxed) - 1,
-                          memory_order_relaxed);
+    atomic_store_explicit(
+        &p->iroom, atomic_load_explicit(&p->iroom, memory_order_relaxed) - 1,
+        memory_order_relaxed);
     chime__node_reused(t);
     /* A handle keeps the pool's memory: its reference from the credit. */
     int with_handle = 0;
@@ -246,8 +242,7 @@ chime__inbox_drain_locked(struct chime_pool *p)
         /* The buffer's numbers, before `in` is reset (release): a re-arm
          * without the lock that sees it empty numbers itself after these
          * (cancel.c, rearm_fast). */
-        seq = atomic_fetch_add_explicit(&p->next_seq, n,
-                                        memory_order_relaxed);
+        seq = atomic_fetch_add_explicit(&p->next_seq, n, memory_order_relaxed);
         atomic_store_explicit(&p->in, 0, memory_order_release);
         nc = atomic_load_explicit(&p->cin, memory_order_relaxed);
         c = p->cbuf;
@@ -331,7 +326,7 @@ chime__inbox_update_locked(struct chime_pool *p)
             2 * ((size_t)CHIME_INBOX_ROOM_MAX + CHIME_INBOX_CANCELS) *
             sizeof(*b));
         if (b == NULL)
-            return; /* stays closed: submissions take the lock */
+            return;   /* stays closed: submissions take the lock */
         p->ibase = b; /* no producer looks at it while closed */
         p->ibuf = b;
         p->ispare = b + CHIME_INBOX_ROOM_MAX;

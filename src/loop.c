@@ -32,14 +32,14 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "post.h"
-#include "spin.h"
 #include "cancel.h"
 #include "complete.h"
 #include "context.h"
+#include "deadline.h"
+#include "post.h"
+#include "spin.h"
 #include "submit.h"
 #include "timers.h"
-#include "deadline.h"
 
 #include <errno.h>
 #include <string.h>
@@ -75,8 +75,8 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
         return rc;
     }
     l->pool = l->ppool = p;
-    l->batch_limit = opts && opts->batch_limit ? opts->batch_limit
-                                               : DEFAULT_BATCH;
+    l->batch_limit =
+        opts && opts->batch_limit ? opts->batch_limit : DEFAULT_BATCH;
     if (opts && opts->thread) {
         /* Named now, before anyone else can see the binding: no lock. */
         l->owner = *opts->thread;
@@ -310,8 +310,8 @@ struct dispatch {
 
 /* One batch: taken off the ring in one critical section, run unlocked. */
 struct batch {
-    uint32_t k;  /* slots filled */
-    bool timed;  /* a task with a deadline: lateness */
+    uint32_t k; /* slots filled */
+    bool timed; /* a task with a deadline: lateness */
     /* Each one's deadline, read under the lock: once claimed a running
      * task's run_deadline may be re-armed meanwhile. */
     int64_t dls[CHIME_LOOP_BATCH];
@@ -366,8 +366,7 @@ take_batch_locked(struct chime_loop *l, uint32_t want, struct batch *b)
     bool timed = false;
     while (k < want) {
         int64_t deadline, timeout;
-        struct chime_task *t =
-            chime__ready_pop_locked(l, &deadline, &timeout);
+        struct chime_task *t = chime__ready_pop_locked(l, &deadline, &timeout);
         if (t == NULL)
             break;
         if (timeout != 0 &&
@@ -378,8 +377,7 @@ take_batch_locked(struct chime_loop *l, uint32_t want, struct batch *b)
         b->dls[k] = deadline;
         atomic_store_explicit(&t->state, CHIME_TASK_BATCHED,
                               memory_order_relaxed);
-        atomic_store_explicit(&l->batch[k++], t,
-                              memory_order_relaxed);
+        atomic_store_explicit(&l->batch[k++], t, memory_order_relaxed);
     }
     b->k = k;
     b->timed = timed;
@@ -423,8 +421,7 @@ run_batch(struct dispatch *d, struct batch *b)
         atomic_store_explicit(&l->current, t, memory_order_relaxed);
         void *result;
         int rc = chime__invoke(d->p, t, &result);
-        atomic_store_explicit(&l->current, NULL,
-                              memory_order_relaxed);
+        atomic_store_explicit(&l->current, NULL, memory_order_relaxed);
 
         if (settle_unlocked(t, rc, &d->freed)) {
             b->fast++;
@@ -525,8 +522,7 @@ end_dispatch_locked(struct chime_loop *l)
     if (!l->closed) {
         if (l->timers.len == 0 &&
             atomic_load_explicit(&l->has_timers, memory_order_relaxed))
-            atomic_store_explicit(&l->has_timers, false,
-                                  memory_order_relaxed);
+            atomic_store_explicit(&l->has_timers, false, memory_order_relaxed);
         chime__timers_arm_locked(l); /* the timerfd for the earliest timer */
     }
     l->dispatching = false;
@@ -718,9 +714,9 @@ chime_loop_schedule_at_fixed_rate(chime_loop *l, chime_task_fn fn, void *arg,
 }
 
 int
-chime_loop_schedule_with_fixed_delay(chime_loop *l, chime_task_fn fn,
-                                     void *arg, int64_t initial_delay_ns,
-                                     int64_t delay_ns, chime_task **out)
+chime_loop_schedule_with_fixed_delay(chime_loop *l, chime_task_fn fn, void *arg,
+                                     int64_t initial_delay_ns, int64_t delay_ns,
+                                     chime_task **out)
 {
     if (out)
         *out = NULL;
@@ -747,8 +743,8 @@ chime_loop_get_stats(chime_loop *l, chime_loop_stats *out)
     *out = l->st;
     /* Ready: in the ring, or due and still among the timers (a dispatch
      * moves them). */
-    out->ready = l->live + l->ncposts + chime__timers_due_count_locked(
-                               l, chime__pool_now(l->pool));
+    out->ready = l->live + l->ncposts +
+                 chime__timers_due_count_locked(l, chime__pool_now(l->pool));
     out->timers = l->timers.len - l->timers.lazy;
     pthread_mutex_unlock(&l->mu);
     chime__free_garbage(garbage);

@@ -60,8 +60,7 @@ set_label(out *o, const char *key, const char *value)
 }
 
 static void
-metric(out *o, const char *name, const char *type, const char *help,
-       uint64_t v)
+metric(out *o, const char *name, const char *type, const char *help, uint64_t v)
 {
     put(o, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %llu\n", name, help, name, type,
         name, o->label, (unsigned long long)v);
@@ -96,8 +95,8 @@ finish(out *o)
 }
 
 int
-chime_pool_stats_format(const chime_pool_stats *s, const char *name,
-                        char *buf, size_t size)
+chime_pool_stats_format(const chime_pool_stats *s, const char *name, char *buf,
+                        size_t size)
 {
     if (s == NULL || (buf == NULL && size != 0))
         return -EINVAL;
@@ -113,10 +112,9 @@ chime_pool_stats_format(const chime_pool_stats *s, const char *name,
            "Tasks completed as cancelled.", s->cancelled);
     metric(&o, "chime_tasks_failed_total", "counter",
            "Tasks completed as failed.", s->failed);
-    metric(&o, "chime_tasks_rejected_total", "counter",
-           "Submissions rejected.", s->rejected);
-    metric(&o, "chime_tasks_pending", "gauge", "Tasks queued now.",
-           s->pending);
+    metric(&o, "chime_tasks_rejected_total", "counter", "Submissions rejected.",
+           s->rejected);
+    metric(&o, "chime_tasks_pending", "gauge", "Tasks queued now.", s->pending);
     metric(&o, "chime_tasks_running", "gauge", "Callbacks running now.",
            s->running);
     metric(&o, "chime_threads_alive", "gauge", "Worker threads alive.",
@@ -128,8 +126,8 @@ chime_pool_stats_format(const chime_pool_stats *s, const char *name,
 }
 
 int
-chime_loop_stats_format(const chime_loop_stats *s, const char *name,
-                        char *buf, size_t size)
+chime_loop_stats_format(const chime_loop_stats *s, const char *name, char *buf,
+                        size_t size)
 {
     if (s == NULL || (buf == NULL && size != 0))
         return -EINVAL;

@@ -59,8 +59,7 @@ chime__node_prefetch_after(struct chime_task *t, struct chime_task *next)
 static inline void
 chime__task_finalize(struct chime_task *t)
 {
-    if (atomic_load_explicit(&t->refs, memory_order_relaxed) &
-        CHIME_REF_ANNOT)
+    if (atomic_load_explicit(&t->refs, memory_order_relaxed) & CHIME_REF_ANNOT)
         chime__annot_finalize(t);
 }
 

@@ -65,8 +65,8 @@ struct chime_worker {
     int slow_rc;
     void *slow_result;
     /* Counters written by the worker alone, summed by get_stats. */
-    _Atomic uint64_t ran;          /* runs finished */
-    _Atomic unsigned running;      /* 1 inside a callback */
+    _Atomic uint64_t ran;     /* runs finished */
+    _Atomic unsigned running; /* 1 inside a callback */
     _Atomic int64_t max_lateness;
     _Atomic uint64_t late_hist[CHIME_LATENESS_BUCKETS];
     _Atomic uint64_t late_sum;
@@ -148,8 +148,8 @@ struct chime_pool {
         uint32_t seq;
     } rearmed[2 * CHIME_DUE_CAP];
     unsigned nrearmed;
-    uint64_t ran_exited;     /* mu: runs of workers that exited */
-    int64_t late_exited;     /* mu: their largest lateness */
+    uint64_t ran_exited; /* mu: runs of workers that exited */
+    int64_t late_exited; /* mu: their largest lateness */
     uint64_t late_hist_exited[CHIME_LATENESS_BUCKETS]; /* mu: theirs */
     uint64_t late_sum_exited;
     /* Written under mu; atomic so that the loop side (timers.c), which
@@ -164,26 +164,26 @@ struct chime_pool {
     struct chime_loop **loop_dir[(UINT16_MAX + 1) / CHIME_LOOP_CHUNK];
     uint32_t loop_count;
     struct chime_worker *leader; /* the one timed waiter, or NULL */
-    struct chime_list workers; /* started workers (struct chime_worker) */
-    unsigned core;      /* core thread setting */
-    unsigned nthreads;  /* workers started (or being started) and not
-                           yet decided to exit: they may take tasks */
-    unsigned nexiting;  /* workers that decided to exit, still running
-                           their stop hook */
-    unsigned nlive;     /* worker threads running worker_main now */
-    unsigned settlers;  /* threads in chime_pool_settle (settle.c) */
+    struct chime_list workers;   /* started workers (struct chime_worker) */
+    unsigned core;               /* core thread setting */
+    unsigned nthreads;           /* workers started (or being started) and not
+                                    yet decided to exit: they may take tasks */
+    unsigned nexiting;           /* workers that decided to exit, still running
+                                    their stop hook */
+    unsigned nlive;              /* worker threads running worker_main now */
+    unsigned settlers;           /* threads in chime_pool_settle (settle.c) */
     unsigned next_index;
     /* Threads in chime_task_wait/chime_task_sleep: changed under mu, read
      * without it by a worker's lock-free completion (seq_cst both ways). */
     _Atomic unsigned waiters;
-    bool have_last;     /* last_exited holds a thread to join */
+    bool have_last; /* last_exited holds a thread to join */
     pthread_t last_exited;
     bool destroyed;
-    struct chime_list loops; /* open bindings (struct chime_loop) */
+    struct chime_list loops;        /* open bindings (struct chime_loop) */
     struct chime_list closed_loops; /* closed bindings, freed by destroy
                                        so a late post gets -ESHUTDOWN
                                        instead of touching freed memory */
-    unsigned fork_gen;        /* chime__fork_gen at creation */
+    unsigned fork_gen;              /* chime__fork_gen at creation */
     /* Mirror of run_state == RUNNING for lock-free readers (posts). */
     _Atomic bool accepting;
     /* Posts in flight: counted before a post looks at `accepting`, until
@@ -209,15 +209,15 @@ struct chime_pool {
     _Atomic bool remove_on_cancel;
     chime_clock_fn clock;
     void *clock_ctx;
-    chime_log_fn log;          /* immutable: options.log */
+    chime_log_fn log; /* immutable: options.log */
     void *log_ctx;
     /* chime_pool_set_log_failed_periodic (default true): read without the
      * lock where a callback returned (context.c). */
     _Atomic bool log_failed_periodic;
-    uint64_t jitter_seed;      /* immutable: chime_task_set_jitter's seed */
+    uint64_t jitter_seed;          /* immutable: chime_task_set_jitter's seed */
     _Atomic uint64_t jitter_calls; /* set_jitter calls so far (each task's
                                       generator is seeded from both) */
-    clockid_t clock_id;        /* CLOCK_MONOTONIC or CLOCK_BOOTTIME */
+    clockid_t clock_id;            /* CLOCK_MONOTONIC or CLOCK_BOOTTIME */
     /* chime_pool_set_timer_slack: the slack as set, and the one long
      * delays add to the coarse clock (0: they read the precise one). */
     _Atomic int64_t slack;
@@ -252,14 +252,14 @@ struct chime_pool {
      * that came before it), a re-arm with or without the lock. Beside
      * `in`, which such a re-arm reads too. */
     _Atomic uint32_t next_seq;
-    _Atomic uint32_t iroom; /* ilock: submissions the inbox may still take,
-                               each with a heap slot reserved; read
-                               without it as a hint */
-    _Atomic bool istarved;  /* a submission found no room (any thread);
-                               the next top-up doubles imax */
-    uint32_t imax;          /* mu: the room a top-up gives */
+    _Atomic uint32_t iroom;     /* ilock: submissions the inbox may still take,
+                                   each with a heap slot reserved; read
+                                   without it as a hint */
+    _Atomic bool istarved;      /* a submission found no room (any thread);
+                                   the next top-up doubles imax */
+    uint32_t imax;              /* mu: the room a top-up gives */
     struct chime_task **ispare; /* mu: the other buffer */
-    struct chime_task *ifree;  /* ilock: free nodes for the inbox */
+    struct chime_task *ifree;   /* ilock: free nodes for the inbox */
     int64_t iwake; /* ilock: a submission due before this wakes a worker */
     /* ilock: pool references taken ahead (CHIME_INBOX_CREDIT at a time)
      * for the handles of submissions; given back when the inbox closes */
@@ -271,7 +271,7 @@ struct chime_pool {
     struct chime_task **cbuf;
     _Atomic uint32_t cin;
     struct chime_task **cspare; /* mu: the other buffer */
-    void *ibase; /* the buffers' allocation */
+    void *ibase;                /* the buffers' allocation */
     char ipad2_[64];
 };
 
@@ -292,15 +292,6 @@ chime__pool_seq(struct chime_pool *p)
 {
     return atomic_fetch_add_explicit(&p->next_seq, 1, memory_order_relaxed);
 }
-
-
-
-
-
-
-
-
-
 
 /* Records the sequence number of a re-arm of t in the ring (mu held). A
  * full table (more re-armed tasks than the ring and the workers can hold
@@ -341,7 +332,6 @@ chime__task_loop(const struct chime_task *t)
         ->loop_dir[i / CHIME_LOOP_CHUNK][i % CHIME_LOOP_CHUNK];
 }
 
-
 /* Takes n from the count of loop tasks that termination waits for
  * (seq_cst): a loop thread's work on a task happens before termination,
  * which reads the count, sees it leave. Returns the old count. */
@@ -351,9 +341,6 @@ chime__loop_tasks_sub(struct chime_pool *p, size_t n)
     CHIME_HB_BEFORE(&p->loop_tasks);
     return atomic_fetch_sub(&p->loop_tasks, n);
 }
-
-
-
 
 /* The due rings, as the record holds them (due.c fills and claims). */
 /* Ring r's unclaimed entries (claims may take some meanwhile; only the
@@ -374,6 +361,5 @@ chime__due_any_locked(struct chime_pool *p)
             return true;
     return false;
 }
-
 
 #endif

@@ -4,8 +4,8 @@
  * Design notes
  * - One mutex (pool->mu) guards the heap, every pool task's state
  *   transitions, the run state and the counters; a loop task belongs to
- *   its binding and moves under the binding's mutex only (timers.c). User callbacks and hooks never run with
- *   it held.
+ *   its binding and moves under the binding's mutex only (timers.c). User
+ * callbacks and hooks never run with it held.
  * - Lock order: pool->mu, then a binding's loop->mu (shutdown, close,
  *   purge, stats and termination walk the bindings); never the
  *   other way round.
@@ -14,16 +14,16 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "due.h"
-#include "inbox.h"
-#include "pool.h"
 #include "cancel.h"
 #include "complete.h"
 #include "context.h"
+#include "deadline.h"
+#include "due.h"
+#include "inbox.h"
+#include "pool.h"
 #include "shutdown.h"
 #include "timers.h"
 #include "worker.h"
-#include "deadline.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -61,8 +61,7 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
         opts->threads > 65536 ||
         (opts->clock_id != 0 && opts->clock_id != CLOCK_MONOTONIC &&
          opts->clock_id != CLOCK_BOOTTIME) ||
-        (opts->stack_size != 0 &&
-         opts->stack_size < (size_t)PTHREAD_STACK_MIN))
+        (opts->stack_size != 0 && opts->stack_size < (size_t)PTHREAD_STACK_MIN))
         return -EINVAL;
 
     chime__fork_init();
@@ -109,8 +108,8 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     p->remove_on_cancel = opts->remove_on_cancel;
     p->clock = opts->clock;
     p->clock_ctx = opts->clock_ctx;
-    p->clock_id = opts->clock_id == CLOCK_BOOTTIME ? CLOCK_BOOTTIME
-                                                   : CLOCK_MONOTONIC;
+    p->clock_id =
+        opts->clock_id == CLOCK_BOOTTIME ? CLOCK_BOOTTIME : CLOCK_MONOTONIC;
     p->log = opts->log;
     p->log_ctx = opts->log_ctx;
     p->log_failed_periodic = true;
@@ -372,8 +371,7 @@ chime_pool_log_failed_periodic(chime_pool *p)
 {
     if (p == NULL || CHIME_FORKED(p))
         return false;
-    return atomic_load_explicit(&p->log_failed_periodic,
-                                memory_order_relaxed);
+    return atomic_load_explicit(&p->log_failed_periodic, memory_order_relaxed);
 }
 
 int
@@ -559,8 +557,8 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
         return -ECHILD;
     chime__pool_lock(p);
     *out = p->st;
-    out->pending = chime__heap_live(&p->heap) + atomic_load(&p->due_live) +
-                   p->due_ghosts;
+    out->pending =
+        chime__heap_live(&p->heap) + atomic_load(&p->due_live) + p->due_ghosts;
     out->threads_alive = p->nlive;
     /* Runs of workers: their own counters (worker.c). */
     out->completed += p->ran_exited;
@@ -575,8 +573,7 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
         struct chime_worker *w =
             chime__container_of(wn, struct chime_worker, link);
         out->completed += atomic_load_explicit(&w->ran, memory_order_relaxed);
-        out->running +=
-            atomic_load_explicit(&w->running, memory_order_relaxed);
+        out->running += atomic_load_explicit(&w->running, memory_order_relaxed);
         int64_t late =
             atomic_load_explicit(&w->max_lateness, memory_order_relaxed);
         if (late > out->max_lateness_ns)
@@ -591,7 +588,8 @@ chime_pool_get_stats(chime_pool *p, chime_pool_stats *out)
     for (size_t i = 0; i < 2; i++) {
         chime__list_for_each(n, lists[i])
         {
-            struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
+            struct chime_loop *l =
+                chime__container_of(n, struct chime_loop, link);
             CHIME_LOCK_LOOP(&l->mu);
             out->pending += l->timers.len - l->timers.lazy;
             out->submitted += l->pst.submitted;

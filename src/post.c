@@ -49,16 +49,15 @@
 #endif
 #include "post.h"
 #include "complete.h"
-#include "timers.h"
 #include "deadline.h"
+#include "timers.h"
 
 #include <errno.h>
 
-#define POST_REFILL 64u    /* nodes taken from the slab at once */
+#define POST_REFILL 64u /* nodes taken from the slab at once */
 
 int
-chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg,
-                 bool sched)
+chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg, bool sched)
 {
     struct chime_pool *p = l->ppool;
     /* A binding with timers takes the locked path, which orders the post

@@ -34,9 +34,9 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "ready.h"
 #include "clock.h"
 #include "node.h"
-#include "ready.h"
 #include "spin.h"
 
 #include <errno.h>
@@ -263,7 +263,7 @@ chime__ready_quiesce_locked(struct chime_loop *l,
         return true;
     l->went_quiet = false;
     if (atomic_exchange(&l->quiet, false))
-        return false; /* ours again: the caller goes on */
+        return false;    /* ours again: the caller goes on */
     l->signalled = true; /* a producer took it and writes */
     l->st.wakeups++;
     return true;
@@ -543,8 +543,8 @@ chime__ready_take_locked(struct chime_loop *l, bool periodic_only,
         for (uint32_t i = 0; i < l->batch_n; i++) {
             struct chime_task *t =
                 atomic_load_explicit(&l->batch[i], memory_order_relaxed);
-            if (t == NULL || (periodic_only &&
-                              chime__task_kind(t) == CHIME_KIND_ONESHOT))
+            if (t == NULL ||
+                (periodic_only && chime__task_kind(t) == CHIME_KIND_ONESHOT))
                 continue;
             t = chime__slot_claim(&l->batch[i]);
             if (t == NULL)

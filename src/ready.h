@@ -3,9 +3,9 @@
 #ifndef CHIME_READY_H
 #define CHIME_READY_H
 
-#include "timer_heap.h"
 #include "list.h"
 #include "task.h"
+#include "timer_heap.h"
 
 #define CHIME_LOOP_BATCH 32 /* tasks a dispatch takes per lock acquisition */
 
@@ -22,20 +22,20 @@ struct chime_ring_entry {
  * the binding's API (loop.c) sits above the pool. */
 struct chime_loop {
     pthread_mutex_t mu;
-    struct chime_pool *pool;  /* immutable */
-    clockid_t tclock;         /* immutable: the timerfd's clock (the
-                                 pool's: CLOCK_MONOTONIC or BOOTTIME) */
-    int efd;                  /* mu: the eventfd (with CHIME_READY_PIPE:
-                                 a pipe's read end); -1 once closed */
-    int wfd;                  /* efd, or the pipe's write end; -1 once
-                                 closed */
-    bool signalled;           /* mu: efd's counter may be non-zero (written,
-                                 or about to be by whoever took `quiet`)
-                                 and has not been read since */
-    bool went_quiet;          /* mu: the last dispatch set `quiet` and
-                                 nobody under mu took it back since */
-    bool closed;              /* pool->mu and mu to write; either to read */
-    bool dispatching;         /* mu: a dispatch is running callbacks */
+    struct chime_pool *pool; /* immutable */
+    clockid_t tclock;        /* immutable: the timerfd's clock (the
+                                pool's: CLOCK_MONOTONIC or BOOTTIME) */
+    int efd;                 /* mu: the eventfd (with CHIME_READY_PIPE:
+                                a pipe's read end); -1 once closed */
+    int wfd;                 /* efd, or the pipe's write end; -1 once
+                                closed */
+    bool signalled;          /* mu: efd's counter may be non-zero (written,
+                                or about to be by whoever took `quiet`)
+                                and has not been read since */
+    bool went_quiet;         /* mu: the last dispatch set `quiet` and
+                                nobody under mu took it back since */
+    bool closed;             /* pool->mu and mu to write; either to read */
+    bool dispatching;        /* mu: a dispatch is running callbacks */
     /* The callback running now, or NULL: written by the dispatching
      * thread, read by shutdown_now under mu. */
     _Atomic(struct chime_task *) current;
@@ -44,11 +44,11 @@ struct chime_loop {
      * the task) or a cancel/re-arm/shutdown_now/close holding mu (to take
      * it away before it starts). */
     _Atomic(struct chime_task *) batch[CHIME_LOOP_BATCH];
-    uint32_t batch_n;         /* mu: slots filled by the running dispatch */
-    bool has_owner;           /* mu */
-    pthread_t owner;          /* mu: the loop thread */
+    uint32_t batch_n; /* mu: slots filled by the running dispatch */
+    bool has_owner;   /* mu */
+    pthread_t owner;  /* mu: the loop thread */
     struct chime_ring_entry *ring; /* mu: ready queue, cap a power of 2 */
-    uint32_t head, tail, cap; /* mu: absolute positions, wrap freely */
+    uint32_t head, tail, cap;      /* mu: absolute positions, wrap freely */
     size_t live;              /* mu: ring entries that are not tombstones */
     unsigned batch_limit;     /* immutable */
     unsigned fork_gen;        /* immutable */
@@ -65,18 +65,18 @@ struct chime_loop {
     /* The binding's own timers (timers.c): its loop tasks that are not
      * due yet, never in the pool's heap. All under mu. */
     chime_timer_heap timers;
-    uint32_t next_seq;        /* FIFO among equal deadlines */
-    size_t tasks;             /* accepted loop tasks not completed: in
-                                 timers, ring or batch, or running;
-                                 termination waits for every binding's */
-    int tfd;                  /* timerfd armed for the earliest timer, or
-                                 -1 (custom clock, or closed) */
-    int pfd;                  /* the readiness fd: an epoll fd holding
-                                 efd and tfd (-1 once closed) */
-    int64_t armed;            /* what tfd is armed for (INT64_MAX: not) */
-    pthread_cond_t done_cv;   /* completion of this binding's tasks */
-    unsigned waiters;         /* threads waiting on done_cv */
-    struct {                  /* counters folded into the pool's stats */
+    uint32_t next_seq;      /* FIFO among equal deadlines */
+    size_t tasks;           /* accepted loop tasks not completed: in
+                               timers, ring or batch, or running;
+                               termination waits for every binding's */
+    int tfd;                /* timerfd armed for the earliest timer, or
+                               -1 (custom clock, or closed) */
+    int pfd;                /* the readiness fd: an epoll fd holding
+                               efd and tfd (-1 once closed) */
+    int64_t armed;          /* what tfd is armed for (INT64_MAX: not) */
+    pthread_cond_t done_cv; /* completion of this binding's tasks */
+    unsigned waiters;       /* threads waiting on done_cv */
+    struct {                /* counters folded into the pool's stats */
         uint64_t submitted, completed, cancelled, failed, rejected;
     } pst;
 
@@ -87,10 +87,10 @@ struct chime_loop {
     size_t ncposts;
     struct chime_task *cfree, *cfree_last; /* mu: finished post nodes, for
                                               the next collection */
-    unsigned plean;           /* mu: the last collection took so few posts
-                                 that the loop keeps pace with a producer
-                                 (ready.c: the next one waits a moment) */
-    unsigned ncfree;          /* mu */
+    unsigned plean;  /* mu: the last collection took so few posts
+                        that the loop keeps pace with a producer
+                        (ready.c: the next one waits a moment) */
+    unsigned ncfree; /* mu */
 
     /* The post list (post.c): handle-less posts (and delay-0 schedules)
      * appended by any thread under plock, a spinlock that only producers
@@ -111,18 +111,18 @@ struct chime_loop {
     /* plock: FIFO through t->next; phead is also read without the lock
      * (relaxed) by a dispatch spinning for more work. */
     _Atomic(struct chime_task *) phead;
-    struct chime_task *plast; /* plock: the last of them, or NULL */
-    struct chime_task *pfree; /* plock: free nodes for posts */
+    struct chime_task *plast;      /* plock: the last of them, or NULL */
+    struct chime_task *pfree;      /* plock: free nodes for posts */
     struct chime_task *pfree_last; /* plock: the last of them (a
                                       collection appends after it) */
-    unsigned npfree;          /* plock */
-    size_t pcount;            /* plock: how many */
+    unsigned npfree;               /* plock */
+    size_t pcount;                 /* plock: how many */
     /* plock: the last CHIME_POST_AHEAD posts of the list (by pcount),
      * each of which gets the address of the one made that many posts
      * later (post.c) */
 #define CHIME_POST_AHEAD 8
     struct chime_task *precent[CHIME_POST_AHEAD];
-    uint64_t psubmitted;      /* plock: delay-0 schedules among them */
+    uint64_t psubmitted; /* plock: delay-0 schedules among them */
     /* Read by every post, written rarely: */
     /* Set (relaxed) when a timer is pushed, cleared by a dispatch that
      * leaves none (only if set: no write in the steady state): a post
@@ -201,8 +201,7 @@ void chime__ready_ptake_locked(struct chime_loop *l);
 /* The next ready task and its deadline: the ring's head, else the first
  * post taken from the post list; NULL if there is none. */
 struct chime_task *chime__ready_pop_locked(struct chime_loop *l,
-                                           int64_t *deadline,
-                                           int64_t *timeout);
+                                           int64_t *deadline, int64_t *timeout);
 /* Takes a BATCHED task away from the dispatch that holds it, before it
  * starts. Returns true if the caller now owns the task (and its pool
  * reference); false if the dispatch already claimed it, in which case the

@@ -22,11 +22,11 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "inbox.h"
-#include "pool.h"
 #include "complete.h"
 #include "context.h"
 #include "deadline.h"
+#include "inbox.h"
+#include "pool.h"
 
 #include <errno.h>
 

@@ -16,15 +16,15 @@
 #define _GNU_SOURCE
 #endif
 #include "shutdown.h"
-#include "due.h"
-#include "inbox.h"
-#include "post.h"
 #include "cancel.h"
 #include "complete.h"
 #include "context.h"
-#include "handle.h"
-#include "timers.h"
 #include "deadline.h"
+#include "due.h"
+#include "handle.h"
+#include "inbox.h"
+#include "post.h"
+#include "timers.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -140,8 +140,7 @@ hand_back_locked(struct chime_pool *p, struct chime_loop *l,
             continue;
         }
         if (l) {
-            chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED,
-                                        -ECANCELED);
+            chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED, -ECANCELED);
         } else if (!chime__complete_locked(p, t, CHIME_TASK_CANCELLED,
                                            -ECANCELED)) {
             /* Cancelled meanwhile without the lock (cancel.c): not ours
@@ -195,8 +194,8 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
     chime__heap_filter(&p->heap, drop_all, NULL, &removed);
     /* Due tasks that no worker claimed yet never start either. */
     chime__due_grab_locked(p, &removed);
-    n += hand_back_locked(p, NULL, removed, tasks != NULL, &never_ran,
-                          &garbage);
+    n +=
+        hand_back_locked(p, NULL, removed, tasks != NULL, &never_ran, &garbage);
     struct chime_list *ln;
     chime__list_for_each(ln, &p->loops)
     {
@@ -207,8 +206,7 @@ chime_pool_shutdown_now(chime_pool *p, chime_task ***tasks, size_t *count)
         struct chime_task *taken = NULL;
         chime__timers_take_locked(l, drop_all, NULL, &taken);
         chime__ready_take_locked(l, false, &taken);
-        n += hand_back_locked(p, l, taken, tasks != NULL, &never_ran,
-                              &garbage);
+        n += hand_back_locked(p, l, taken, tasks != NULL, &never_ran, &garbage);
         struct chime_task *cur = atomic_load(&l->current);
         if (cur)
             chime__task_interrupt(cur);
@@ -312,8 +310,7 @@ chime_pool_destroy(chime_pool *p)
     chime_pool_shutdown_now(p, NULL, NULL);
     chime_pool_await_termination(p, CHIME_FOREVER);
     if (atomic_load_explicit(&p->wall, memory_order_acquire) != NULL)
-        atomic_load_explicit(&chime__wall_hooks, memory_order_acquire)
-            ->stop(p);
+        atomic_load_explicit(&chime__wall_hooks, memory_order_acquire)->stop(p);
     chime__pool_lock(p);
     bool join = p->have_last;
     pthread_t last = p->last_exited;

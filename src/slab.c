@@ -39,8 +39,8 @@
  *   although its memory is only recycled.
  */
 #include "slab.h"
-#include "spin.h"
 #include "node.h"
+#include "spin.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -93,8 +93,8 @@ new_chunk_locked(struct chime_slab *s)
     char *raw = chime__malloc(2 * CHIME_SLAB_CHUNK);
     if (raw == NULL)
         return false;
-    uintptr_t base = ((uintptr_t)raw + CHIME_SLAB_CHUNK - 1) &
-                     ~(CHIME_SLAB_CHUNK - 1);
+    uintptr_t base =
+        ((uintptr_t)raw + CHIME_SLAB_CHUNK - 1) & ~(CHIME_SLAB_CHUNK - 1);
     struct chime_slab_chunk *c = (struct chime_slab_chunk *)base;
 #ifdef MADV_HUGEPAGE
     /* Before any write to it (the header's): a page already mapped in
@@ -128,8 +128,7 @@ static struct chime_task *
 carve(struct chime_slab *s)
 {
     chime__spin_lock(&s->carve_lock);
-    if ((s->carve_at == NULL ||
-         (size_t)(s->carve_end - s->carve_at) < NODE) &&
+    if ((s->carve_at == NULL || (size_t)(s->carve_end - s->carve_at) < NODE) &&
         !new_chunk_locked(s)) {
         chime__spin_unlock(&s->carve_lock);
         return NULL;

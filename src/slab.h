@@ -55,7 +55,7 @@ static inline const struct chime_slab_chunk *
 chime__slab_chunk_of(const void *node)
 {
     return (const struct chime_slab_chunk *)((uintptr_t)node &
-                                              ~(CHIME_SLAB_CHUNK - 1));
+                                             ~(CHIME_SLAB_CHUNK - 1));
 }
 
 /* The handle of a node (CHIME_SLAB_NO_HANDLE if its chunk has none). */

@@ -16,15 +16,15 @@
 #define _GNU_SOURCE
 #endif
 #include "submit.h"
-#include "due.h"
-#include "inbox.h"
-#include "pool.h"
 #include "complete.h"
 #include "context.h"
+#include "deadline.h"
+#include "due.h"
 #include "handle.h"
+#include "inbox.h"
+#include "pool.h"
 #include "timers.h"
 #include "worker.h"
-#include "deadline.h"
 
 #include <errno.h>
 
@@ -142,8 +142,7 @@ chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
             }
             struct chime_task *victim = chime__heap_pop(&p->heap, NULL);
             if (!chime__state_is_final(chime__task_state(victim)))
-                chime__complete_locked(p, victim, CHIME_TASK_REJECTED,
-                                       -EAGAIN);
+                chime__complete_locked(p, victim, CHIME_TASK_REJECTED, -EAGAIN);
             chime__drop_locked(victim, &garbage);
             pthread_mutex_unlock(&p->mu);
             chime__free_garbage(garbage);
@@ -212,8 +211,8 @@ static size_t
 pending_locked(struct chime_pool *p)
 {
     CHIME_ASSERT_HELD(&p->mu);
-    size_t n = chime__heap_live(&p->heap) + atomic_load(&p->due_live) +
-               p->due_ghosts;
+    size_t n =
+        chime__heap_live(&p->heap) + atomic_load(&p->due_live) + p->due_ghosts;
     struct chime_list *ln;
     chime__list_for_each(ln, &p->loops)
     {
@@ -249,8 +248,8 @@ loop_submit_fast(struct chime_pool *p, struct chime_loop *l, chime_task_fn fn,
     } else {
         chime__loop_init_locked(l, t, fn, arg, kind, period, out != NULL);
         int64_t now = chime__pool_now(p);
-        rc = chime__timers_submit_locked(l, t, chime__deadline_after(now, delay),
-                                         now);
+        rc = chime__timers_submit_locked(
+            l, t, chime__deadline_after(now, delay), now);
         if (rc == 0) {
             pthread_mutex_unlock(&l->mu);
             if (out)
@@ -373,8 +372,7 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
              * back and report (Java accepts it silently; B50). */
             chime__pool_lock(p);
             /* Exiting workers (in their stop hook) take nothing more. */
-            bool take_back = p->nthreads == 0 &&
-                             (t->flags & CHIME_TF_INHEAP) &&
+            bool take_back = p->nthreads == 0 && (t->flags & CHIME_TF_INHEAP) &&
                              chime__task_state(t) == CHIME_TASK_PENDING;
             if (take_back) {
                 chime__heap_remove(&p->heap, t);
@@ -398,7 +396,8 @@ int
 chime_pool_schedule(chime_pool *p, chime_task_fn fn, void *arg,
                     int64_t delay_ns, chime_task **out)
 {
-    return chime__submit(p, NULL, fn, arg, CHIME_KIND_ONESHOT, delay_ns, 0, out);
+    return chime__submit(p, NULL, fn, arg, CHIME_KIND_ONESHOT, delay_ns, 0,
+                         out);
 }
 
 int
@@ -406,17 +405,17 @@ chime_pool_schedule_at_fixed_rate(chime_pool *p, chime_task_fn fn, void *arg,
                                   int64_t initial_delay_ns, int64_t period_ns,
                                   chime_task **out)
 {
-    return chime__submit(p, NULL, fn, arg, CHIME_KIND_FIXED_RATE, initial_delay_ns,
-                  period_ns, out);
+    return chime__submit(p, NULL, fn, arg, CHIME_KIND_FIXED_RATE,
+                         initial_delay_ns, period_ns, out);
 }
 
 int
-chime_pool_schedule_with_fixed_delay(chime_pool *p, chime_task_fn fn,
-                                     void *arg, int64_t initial_delay_ns,
-                                     int64_t delay_ns, chime_task **out)
+chime_pool_schedule_with_fixed_delay(chime_pool *p, chime_task_fn fn, void *arg,
+                                     int64_t initial_delay_ns, int64_t delay_ns,
+                                     chime_task **out)
 {
-    return chime__submit(p, NULL, fn, arg, CHIME_KIND_FIXED_DELAY, initial_delay_ns,
-                  delay_ns, out);
+    return chime__submit(p, NULL, fn, arg, CHIME_KIND_FIXED_DELAY,
+                         initial_delay_ns, delay_ns, out);
 }
 
 int

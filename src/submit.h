@@ -13,7 +13,7 @@ int chime__submit(struct chime_pool *p, struct chime_loop *loop,
 /* Handles a rejected submission; called with pool->mu held, returns with
  * it released. Returns what the submission returns, or 1: retry (room was
  * made). */
-int chime__reject_unlock(struct chime_pool *p, struct chime_task *t,
-                         int reason, chime_task **out);
+int chime__reject_unlock(struct chime_pool *p, struct chime_task *t, int reason,
+                         chime_task **out);
 
 #endif

@@ -110,13 +110,13 @@ enum {
  * heap slot or ring entry (in the far run: defer_deadline). Its pool is
  * not a field: chime__task_pool finds it from the task's slab chunk. */
 struct chime_task {
-    chime_task_fn fn;        /* immutable */
-    void *arg;               /* immutable */
+    chime_task_fn fn; /* immutable */
+    void *arg;        /* immutable */
     union {
-        int64_t period;         /* periodic kinds: immutable */
-        int64_t defer_deadline; /* pool one-shot, queued with
-                                   CHIME_TF_DEFER, or in the heap's far
-                                   run (heap.h): its real deadline */
+        int64_t period;           /* periodic kinds: immutable */
+        int64_t defer_deadline;   /* pool one-shot, queued with
+                                     CHIME_TF_DEFER, or in the heap's far
+                                     run (heap.h): its real deadline */
         _Atomic int64_t activity; /* loop one-shot: the last activity
                                      (arming, re-arm, chime_task_touch:
                                      relaxed, any thread); its timer is
@@ -129,12 +129,12 @@ struct chime_task {
                                     ring position (loop mutex);
                                     CHIME_HEAP_NONE: neither */
         };
-        int64_t run_deadline; /* running: the deadline of this run, or the
-                                 re-arm target with CHIME_TF_REARM */
+        int64_t run_deadline;    /* running: the deadline of this run, or the
+                                    re-arm target with CHIME_TF_REARM */
         struct chime_task *next; /* on a list: removed, returned, garbage,
                                     free list */
-        int32_t error; /* FAILED: the cause; REJECTED: the reason */
-        void *result;  /* one-shot: set when it completes DONE */
+        int32_t error;           /* FAILED: the cause; REJECTED: the reason */
+        void *result;            /* one-shot: set when it completes DONE */
     };
     _Atomic uint32_t refs; /* see CHIME_REF_* */
     _Atomic int8_t state;  /* chime_task_state or CHIME_TASK_READY; final

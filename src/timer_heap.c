@@ -173,7 +173,7 @@ chime__timer_heap_remove(chime_timer_heap *h, struct chime_task *t)
     t->heap_index = CHIME_HEAP_NONE;
     if (t->flags & CHIME_TF_LAZY)
         h->lazy--;
-    t->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+    t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
     remove_at(h, i);
 }
 
@@ -212,7 +212,7 @@ chime__timer_heap_filter(chime_timer_heap *h,
              * heap_index). */
             if (s.task->flags & CHIME_TF_LAZY)
                 h->lazy--;
-            s.task->flags &= (uint8_t)~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+            s.task->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
             s.task->next = *removed;
             *removed = s.task;
         } else {

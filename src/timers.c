@@ -41,9 +41,9 @@
 #define _GNU_SOURCE
 #endif
 #include "timers.h"
-#include "pool.h"
 #include "complete.h"
 #include "deadline.h"
+#include "pool.h"
 
 #include <errno.h>
 
@@ -161,8 +161,7 @@ chime__loop_uninit_locked(struct chime_loop *l, struct chime_task *t)
     CHIME_ASSERT_HELD(&l->mu);
     /* Only the reference on the pool's memory is left to give back. */
     atomic_store_explicit(&t->refs,
-                          atomic_load_explicit(&t->refs,
-                                               memory_order_relaxed) &
+                          atomic_load_explicit(&t->refs, memory_order_relaxed) &
                               CHIME_REF_POOLREF,
                           memory_order_relaxed);
     chime__loop_free_locked(l, t);
@@ -201,8 +200,7 @@ chime__loop_completed_locked(struct chime_loop *l, struct chime_task *t,
 {
     CHIME_ASSERT_HELD(&l->mu);
     t->flags &= (uint8_t)~CHIME_TF_REARM;
-    if (state == CHIME_TASK_CANCELLED ||
-        state == CHIME_TASK_CANCELLED_RUNNING)
+    if (state == CHIME_TASK_CANCELLED || state == CHIME_TASK_CANCELLED_RUNNING)
         l->pst.cancelled++;
     else if (state == CHIME_TASK_FAILED)
         l->pst.failed++;
@@ -221,8 +219,7 @@ chime__loop_cancel_list_locked(struct chime_loop *l, struct chime_task *list,
         struct chime_task *t = list;
         list = t->next;
         if (!chime__state_is_final(chime__task_state(t)))
-            chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED,
-                                        -ECANCELED);
+            chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED, -ECANCELED);
         chime__loop_drop_locked(l, t, garbage);
     }
 }
@@ -300,15 +297,15 @@ chime__timers_submit_locked(struct chime_loop *l, struct chime_task *t,
  * deadline, or completes it when it may no longer run or the heap cannot
  * grow. */
 static void
-queue_again_locked(struct chime_loop *l, struct chime_task *t,
-                   int64_t deadline, int64_t now, struct chime_task **garbage)
+queue_again_locked(struct chime_loop *l, struct chime_task *t, int64_t deadline,
+                   int64_t now, struct chime_task **garbage)
 {
     /* A re-armed one-shot's timeout counts from its re-arm (recorded in
      * `activity` then), not from the end of its run. */
-    int64_t since = (t->flags & CHIME_TF_REARM) &&
-                            chime__task_kind(t) == CHIME_KIND_ONESHOT
-                        ? activity(t)
-                        : now;
+    int64_t since =
+        (t->flags & CHIME_TF_REARM) && chime__task_kind(t) == CHIME_KIND_ONESHOT
+            ? activity(t)
+            : now;
     t->flags &= (uint8_t)~CHIME_TF_REARM;
     chime__task_set_state(t, CHIME_TASK_PENDING);
     if (l->closed || !can_run(l->pool, t, deadline, now)) {
@@ -358,14 +355,14 @@ chime__loop_settle_locked(struct chime_loop *l, struct chime_task *t, int rc,
 }
 
 void
-chime__loop_stolen_locked(struct chime_loop *l, struct chime_task *t,
-                          int state, struct chime_task **garbage)
+chime__loop_stolen_locked(struct chime_loop *l, struct chime_task *t, int state,
+                          struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&l->mu);
     if (state == CHIME_TASK_REARMING &&
         chime__task_state(t) == CHIME_TASK_REARMING) {
-        queue_again_locked(l, t, t->run_deadline,
-                           chime__pool_now(l->pool), garbage);
+        queue_again_locked(l, t, t->run_deadline, chime__pool_now(l->pool),
+                           garbage);
     } else {
         CHIME_ASSERT(chime__state_is_final(chime__task_state(t)));
         chime__loop_drop_locked(l, t, garbage);
@@ -444,8 +441,7 @@ chime__loop_cancel_locked(struct chime_loop *l, struct chime_task *t,
         int8_t exp = (int8_t)st;
         if (st == CHIME_TASK_BATCHED && chime__ready_unbatch_locked(l, t)) {
             /* Taken from the dispatch's batch before it got to it. */
-            chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED,
-                                        -ECANCELED);
+            chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED, -ECANCELED);
             chime__loop_drop_locked(l, t, garbage);
         } else if (chime__task_cas_state(t, &exp, CHIME_TASK_CANCELLED)) {
             /* The dispatch holds it and will drop it, unstarted. */
@@ -464,8 +460,7 @@ chime__loop_cancel_locked(struct chime_loop *l, struct chime_task *t,
     } else {
         CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
         chime__loop_complete_locked(l, t, CHIME_TASK_CANCELLED, -ECANCELED);
-        if (!atomic_load(&p->accepting) ||
-            atomic_load(&p->remove_on_cancel)) {
+        if (!atomic_load(&p->accepting) || atomic_load(&p->remove_on_cancel)) {
             /* Out of the queue at once: O(log n) in the binding's own heap
              * (no lock to hold short, unlike the pool's, which removes
              * lazily), and the node goes back to the binding's cache as
@@ -508,8 +503,7 @@ chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
             t->flags |= CHIME_TF_REARM;
             t->run_deadline = d;
             if (oneshot)
-                atomic_store_explicit(&t->activity, now,
-                                      memory_order_relaxed);
+                atomic_store_explicit(&t->activity, now, memory_order_relaxed);
             int8_t exp = CHIME_TASK_BATCHED;
             chime__task_cas_state(t, &exp, CHIME_TASK_REARMING);
         }
@@ -536,8 +530,8 @@ chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
             int64_t arm = d < now ? d : now;
             s->timeout = d - arm;
             atomic_store_explicit(&t->activity, arm, memory_order_relaxed);
-            chime__timer_heap_update(&l->timers, t, d < s->deadline ? d
-                                                               : s->deadline);
+            chime__timer_heap_update(&l->timers, t,
+                                     d < s->deadline ? d : s->deadline);
         } else {
             chime__timer_heap_update(&l->timers, t, d);
         }

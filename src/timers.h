@@ -28,8 +28,8 @@ void chime__timers_due_locked(struct chime_loop *l, int64_t now,
                               struct chime_task **garbage);
 /* The deadline of a READY loop task: a post's is now; a timer's, the one
  * it was found due at, or later if touched since. */
-int64_t chime__ready_deadline_locked(struct chime_loop *l,
-                                     struct chime_task *t, int64_t now);
+int64_t chime__ready_deadline_locked(struct chime_loop *l, struct chime_task *t,
+                                     int64_t now);
 /* How many timers are due at now (not cancelled, not touched past it). */
 size_t chime__timers_due_count_locked(struct chime_loop *l, int64_t now);
 /* A due timer taken off the ring (deadline, timeout as the ring had them)
@@ -79,7 +79,8 @@ int chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
                              struct chime_task **garbage);
 
 /* A periodic loop task waiting in its binding's timers runs `by` ns later
- * (earlier if negative; l->mu held): 0, or -EALREADY when it is not waiting there. */
+ * (earlier if negative; l->mu held): 0, or -EALREADY when it is not waiting
+ * there. */
 int chime__timers_delay_locked(struct chime_loop *l, struct chime_task *t,
                                int64_t by);
 

@@ -22,8 +22,8 @@
 #endif
 #include "tz.h"
 
-#include <stdatomic.h>
 #include "common.h"
+#include <stdatomic.h>
 
 #include <errno.h>
 #include <fcntl.h>

@@ -38,14 +38,14 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "pool.h"
-#include "tz.h"
 #include "wall.h"
 #include "cancel.h"
 #include "complete.h"
 #include "context.h"
-#include "handle.h"
 #include "deadline.h"
+#include "handle.h"
+#include "pool.h"
+#include "tz.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -62,13 +62,13 @@ struct chime_wall {
     pthread_mutex_t mu; /* v, n, cap, orphans */
     struct wall_entry *v;
     size_t n, cap;
-    size_t prune_at;            /* prune before growing past this */
-    struct wall_ctx *orphans;   /* contexts of tasks users still held at
-                                   destroy: freed with the pool's memory */
-    _Atomic uint64_t steps;     /* step passes made */
-    bool watching;              /* the watcher thread runs */
+    size_t prune_at;          /* prune before growing past this */
+    struct wall_ctx *orphans; /* contexts of tasks users still held at
+                                 destroy: freed with the pool's memory */
+    _Atomic uint64_t steps;   /* step passes made */
+    bool watching;            /* the watcher thread runs */
     pthread_t th;
-    int tfd, sfd;               /* the timerfd; the eventfd that stops */
+    int tfd, sfd; /* the timerfd; the eventfd that stops */
 };
 
 int64_t
@@ -241,8 +241,8 @@ arm_watch(int tfd)
 {
     struct itimerspec its = {{0, 0}, {0, 0}};
     its.it_value.tv_sec = (time_t)INT32_MAX; /* 2038: never, in effect */
-    if (timerfd_settime(tfd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET,
-                        &its, NULL) != 0)
+    if (timerfd_settime(tfd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &its,
+                        NULL) != 0)
         return -errno;
     return 0;
 }

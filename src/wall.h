@@ -14,7 +14,7 @@ struct wall_ctx {
     /* A calendar task: its next time strictly after `after` (0), or not
      * any more (non-zero); NULL for a one-shot. */
     int (*next)(struct wall_ctx *c, int64_t after, int64_t *out);
-    void *cal;                 /* next's data, freed with cal_free */
+    void *cal; /* next's data, freed with cal_free */
     void (*cal_free)(void *cal);
     struct wall_ctx *orphan_next;
 };

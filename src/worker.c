@@ -35,11 +35,11 @@
 #define _GNU_SOURCE
 #endif
 #include "worker.h"
-#include "due.h"
-#include "inbox.h"
 #include "complete.h"
 #include "context.h"
 #include "deadline.h"
+#include "due.h"
+#include "inbox.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -109,11 +109,10 @@ return_stale_rings_locked(struct chime_pool *p, struct chime_worker *w)
 static bool
 surplus_locked(struct chime_pool *p)
 {
-    unsigned keep = p->core ? p->core
-                            : (chime__heap_live(&p->heap) ||
-                                       chime__due_any_locked(p)
-                                   ? 1
-                                   : 0);
+    unsigned keep =
+        p->core
+            ? p->core
+            : (chime__heap_live(&p->heap) || chime__due_any_locked(p) ? 1 : 0);
     return p->nthreads > keep;
 }
 
@@ -129,8 +128,8 @@ enum head_look {
  * its slot's deadline, and reads the clock (into *now) when the head is
  * not due at the time read before. */
 static enum head_look
-look_at_head_locked(struct chime_pool *p, struct chime_worker *w,
-                    int64_t *now, int64_t *deadline)
+look_at_head_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now,
+                    int64_t *deadline)
 {
     struct chime_task *t = chime__heap_peek(&p->heap);
     if (t == NULL)
@@ -181,9 +180,7 @@ take_due_locked(struct chime_pool *p, struct chime_worker *w, int64_t now)
         p->st.idle_waiters - (p->leader != NULL && p->clock != NULL);
     if (n > 1 && followers == 0 && p->leader != NULL)
         pthread_cond_signal(&p->leader_cv);
-    else if ((p->leader == NULL &&
-              chime__heap_live(&p->heap) != 0) ||
-             n > 1)
+    else if ((p->leader == NULL && chime__heap_live(&p->heap) != 0) || n > 1)
         pthread_cond_signal(&p->follower_cv);
 }
 
@@ -330,8 +327,8 @@ take_locked(struct chime_pool *p, struct chime_worker *w)
  * or requeues it (periodic, re-armed). from_worker: the caller is a worker
  * that will look at the heap itself, so a new head needs no extra wake-up. */
 static void
-settle_locked(struct chime_pool *p, struct chime_task *t, int rc,
-              void *result, bool from_worker, struct chime_task **garbage)
+settle_locked(struct chime_pool *p, struct chime_task *t, int rc, void *result,
+              bool from_worker, struct chime_task **garbage)
 {
     CHIME_ASSERT_HELD(&p->mu);
     p->st.completed++;
@@ -462,19 +459,17 @@ run_due(struct chime_pool *p, struct chime_worker *w)
         /* Lateness at the start of the run with a custom clock (time
          * that moves only when told); with the system clock, at the fill
          * of the ring: one clock read per batch, not per task. */
-        int64_t late =
-            (p->clock ? chime__pool_now(p)
-                      : atomic_load_explicit(&p->due_now,
-                                             memory_order_relaxed)) -
-            deadline;
+        int64_t late = (p->clock ? chime__pool_now(p)
+                                 : atomic_load_explicit(&p->due_now,
+                                                        memory_order_relaxed)) -
+                       deadline;
         if (late > atomic_load_explicit(&w->max_lateness, memory_order_relaxed))
-            atomic_store_explicit(&w->max_lateness, late,
-                                  memory_order_relaxed);
+            atomic_store_explicit(&w->max_lateness, late, memory_order_relaxed);
         /* The histogram: this worker's own counters (no RMW). */
         _Atomic uint64_t *b = &w->late_hist[chime__late_bucket(late)];
-        atomic_store_explicit(
-            b, atomic_load_explicit(b, memory_order_relaxed) + 1,
-            memory_order_relaxed);
+        atomic_store_explicit(b,
+                              atomic_load_explicit(b, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
         if (late > 0)
             atomic_store_explicit(
                 &w->late_sum,

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Bad-input matrix support: each check is one row of docs/contributing/bad-input.md.
+/* Bad-input matrix support: each check is one row of
+ * docs/contributing/bad-input.md.
  *
  *   BAD(fn, misuse, expr, want)     expr must equal the documented `want`
  *   BAD_S(fn, misuse, expr, want, text)   the same, `text` in the table

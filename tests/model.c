@@ -311,8 +311,8 @@ static const char *m_dev_name[M_DEV_COUNT] = {
 /* Deviations the library has since fixed: the model always follows
  * chime.h there. */
 #define M_FIXED                                                                \
-    ((1u << M_DEV_BATCHED_PERIODIC) | (1u << M_DEV_SHUTDOWN_KEY) |            \
-     (1u << M_DEV_REMOVE_GHOST) | (1u << M_DEV_REARM_TERM) |                 \
+    ((1u << M_DEV_BATCHED_PERIODIC) | (1u << M_DEV_SHUTDOWN_KEY) |             \
+     (1u << M_DEV_REMOVE_GHOST) | (1u << M_DEV_REARM_TERM) |                   \
      (1u << M_DEV_REARM_TIMEOUT) | (1u << M_DEV_BATCHED_TOUCH))
 
 static unsigned
@@ -1050,8 +1050,8 @@ m_touch(m_model *m, int id, int64_t at)
         return -EBUSY;
     if (t->state == CHIME_TASK_RUNNING) {
         if (at > t->rearm_act) {
-            t->rearm_deadline =
-                m_clamp((__int128)t->rearm_deadline + ((__int128)at - t->rearm_act));
+            t->rearm_deadline = m_clamp((__int128)t->rearm_deadline +
+                                        ((__int128)at - t->rearm_act));
             t->rearm_act = at;
             t->rearm_timeout = t->rearm_deadline - at;
         }

@@ -29,7 +29,7 @@
 #ifndef CHIME_TEST_TIMEOUT_SCALE
 #define CHIME_TEST_TIMEOUT_SCALE 1
 #endif
-#define T_TIMEOUT(s) ((s) * CHIME_TEST_TIMEOUT_SCALE)
+#define T_TIMEOUT(s) ((s)*CHIME_TEST_TIMEOUT_SCALE)
 
 /* Upper bound for anything that "should happen soon" (the TCK's LONG);
  * scaled like the timeouts, since a slow build makes everything later. */

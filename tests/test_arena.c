@@ -103,8 +103,8 @@ Test(arena, resize_keeps_the_contents_up_to_the_smaller_size)
     for (size_t k = 0; k < old; k++)
         p[k] = (unsigned char)k;
     /* Up through every block size and past them (into malloc), then down. */
-    size_t sizes[] = {2 * MIN_BLOCK, 64 * 1024, MAX_BLOCK, MAX_BLOCK + 512,
-                      2 * MAX_BLOCK, MIN_BLOCK};
+    size_t sizes[] = {2 * MIN_BLOCK,   64 * 1024,     MAX_BLOCK,
+                      MAX_BLOCK + 512, 2 * MAX_BLOCK, MIN_BLOCK};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         size_t s = chime__arena_size(sizes[i]);
         p = chime__arena_realloc(&a, p, old, s);

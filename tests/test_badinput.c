@@ -3,9 +3,9 @@
  * out-of-range arguments, and calls made in the wrong state (after
  * shutdown, close or destroy, from the wrong thread, from a callback that
  * would wait for itself, in a fork child). Each check is a row of
- * docs/contributing/bad-input.md (see badinput.h; scripts/bad-input-table.sh writes the
- * table). tests/test_api.c holds the first NULL matrix; this file extends
- * it. The libevent binding's rows are in
+ * docs/contributing/bad-input.md (see badinput.h; scripts/bad-input-table.sh
+ * writes the table). tests/test_api.c holds the first NULL matrix; this file
+ * extends it. The libevent binding's rows are in
  * tests/integrations/test_badinput_event.c.
  */
 #define _GNU_SOURCE
@@ -934,10 +934,9 @@ Test(badinput, touch_of_tasks_it_cannot_move)
     chime_loop *l = loop_here(p, 0);
     chime_task *pool_h = NULL, *rate = NULL, *wall = NULL, *cal = NULL;
     chime_task *done = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, T_FAR_NS, &pool_h),
-                 0);
-    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, t_noop_fn, NULL,
-                                                   T_FAR_NS, T_FAR_NS, &rate),
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, T_FAR_NS, &pool_h), 0);
+    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, t_noop_fn, NULL, T_FAR_NS,
+                                                   T_FAR_NS, &rate),
                  0);
     cr_assert_eq(chime_loop_schedule_wall(l, t_noop_fn, NULL,
                                           chime_pool_wall_now(p) + T_FAR_NS,
@@ -945,17 +944,15 @@ Test(badinput, touch_of_tasks_it_cannot_move)
                  0);
     chime_cron cron;
     cr_assert_eq(chime_cron_parse(&cron, "0 0 1 1 *", NULL), 0);
-    cr_assert_eq(
-        chime_loop_schedule_cron(l, t_noop_fn, NULL, &cron, chime_tz_utc(),
-                                 &cal),
-        0);
+    cr_assert_eq(chime_loop_schedule_cron(l, t_noop_fn, NULL, &cron,
+                                          chime_tz_utc(), &cal),
+                 0);
     int64_t now = chime_pool_now(p);
 
     BAD("chime_task_touch", "task NULL", chime_task_touch(NULL), -EINVAL);
     BAD("chime_task_touch_at", "task NULL", chime_task_touch_at(NULL, now),
         -EINVAL);
-    BAD("chime_task_touch", "a pool task", chime_task_touch(pool_h),
-        -ENOTSUP);
+    BAD("chime_task_touch", "a pool task", chime_task_touch(pool_h), -ENOTSUP);
     BAD("chime_task_touch", "a periodic loop task", chime_task_touch(rate),
         -EINVAL);
     BAD("chime_task_touch", "a wall-clock loop task", chime_task_touch(wall),
@@ -1269,7 +1266,7 @@ typedef struct inherited {
       chime_pool_set_remove_on_cancel(in->p, true))                            \
     X(chime_pool_set_timer_slack, c, chime_pool_set_timer_slack(in->p, 0))     \
     X(chime_pool_clock_changed, c, chime_pool_clock_changed(in->p))            \
-    X(chime_pool_settle, c, chime_pool_settle(in->p, 0))                        \
+    X(chime_pool_settle, c, chime_pool_settle(in->p, 0))                       \
     X(chime_pool_set_log_failed_periodic, c,                                   \
       chime_pool_set_log_failed_periodic(in->p, false))                        \
     X(chime_pool_schedule, c,                                                  \

@@ -211,13 +211,11 @@ Test(basic, due_tasks_behind_a_blocked_callback_run_on_the_other_worker)
         /* All due at the same instant, the blocking one first: the
          * worker that fills its ring takes them together, in order. */
         chime_task *a = NULL;
-        cr_assert_eq(chime_pool_schedule(p, t_block_fn, &open, CHIME_MSEC,
-                                         &a),
+        cr_assert_eq(chime_pool_schedule(p, t_block_fn, &open, CHIME_MSEC, &a),
                      0);
         for (int i = 0; i < K; i++)
-            cr_assert_eq(chime_pool_schedule(p, t_latch_fn, &done,
-                                             CHIME_MSEC, NULL),
-                         0);
+            cr_assert_eq(
+                chime_pool_schedule(p, t_latch_fn, &done, CHIME_MSEC, NULL), 0);
         t_clock_advance(&c, p, CHIME_MSEC);
         cr_assert(t_latch_wait(&done, T_LONG_NS),
                   "round %d: %d of the %d tasks behind the blocked callback "
@@ -903,8 +901,7 @@ Test(basic, set_threads_grows_the_pool_for_tasks_already_due)
     pthread_mutex_init(&s.mu, NULL);
     t_latch_init(&s.first, 1);
     for (int i = 0; i < TASKS; i++)
-        cr_assert_eq(chime_pool_schedule(p, spread_fn, &s, CHIME_SEC, NULL),
-                     0);
+        cr_assert_eq(chime_pool_schedule(p, spread_fn, &s, CHIME_SEC, NULL), 0);
     t_clock_advance(&c, p, CHIME_SEC);
     cr_assert(t_latch_wait(&s.first, T_LONG_NS), "no task ran");
     cr_assert_eq(chime_pool_set_threads(p, THREADS), 0);

@@ -248,7 +248,8 @@ Test(cancel, interrupting_cancel_ends_the_sleep_and_does_not_leak)
     cr_assert_eq(chime_pool_schedule(p, t_sleeper_fn, &next, 0, &h2), 0);
     cr_assert(t_latch_wait(&s.started, T_LONG_NS));
     cr_assert_not(chime_task_interrupted(h));
-    cr_assert_eq(chime_task_cancel(h, CHIME_CANCEL_INTERRUPT), CHIME_CANCELLED_RUNNING);
+    cr_assert_eq(chime_task_cancel(h, CHIME_CANCEL_INTERRUPT),
+                 CHIME_CANCELLED_RUNNING);
     cr_assert(chime_task_interrupted(h));
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), -ECANCELED);
     cr_assert(T_WAIT_UNTIL(atomic_load(&s.rc) != 1, T_LONG_NS),
@@ -311,7 +312,8 @@ Test(cancel, running_callback_sees_a_cooperative_interrupt)
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, polls_interrupt_fn, &pl, 0, &h), 0);
     cr_assert(t_latch_wait(&pl.started, T_LONG_NS));
-    cr_assert_eq(chime_task_cancel(h, CHIME_CANCEL_INTERRUPT), CHIME_CANCELLED_RUNNING);
+    cr_assert_eq(chime_task_cancel(h, CHIME_CANCEL_INTERRUPT),
+                 CHIME_CANCELLED_RUNNING);
     cr_assert(T_WAIT_UNTIL(atomic_load(&pl.seen) != -1, T_LONG_NS));
     cr_assert_eq(atomic_load(&pl.seen), 1, "the callback never saw it");
     cr_assert_eq(chime_task_wait(h, 0, NULL), -ECANCELED);
@@ -361,7 +363,8 @@ Test(cancel, periodic_cancelling_itself_never_runs_again)
         }
         cr_assert_eq(chime_task_wait(f.h, T_LONG_NS, NULL), -ECANCELED);
         /* the wait ends at the cancel, before the callback has returned */
-        cr_assert(T_WAIT_UNTIL(atomic_load(&f.c.self_rc) != INT_MIN, T_LONG_NS));
+        cr_assert(
+            T_WAIT_UNTIL(atomic_load(&f.c.self_rc) != INT_MIN, T_LONG_NS));
         cr_assert_eq(atomic_load(&f.c.self_rc), CHIME_CANCELLED_RUNNING);
         cr_assert(T_WAIT_UNTIL(stats_of(f.p).running == 0, T_LONG_NS));
         t_clock_advance(&f.clk, f.p, 100 * CHIME_MSEC);
@@ -736,7 +739,7 @@ Test(cancel, cancels_racing_fills_and_purges_give_one_outcome_per_task)
      * canceller works through them in the order they were scheduled. */
     for (int i = 0; i < N; i++)
         cr_assert_eq(chime_pool_schedule(p, count_own_runs, &ran[i],
-                                          (i % 8) * CHIME_MSEC / 8, &h[i]),
+                                         (i % 8) * CHIME_MSEC / 8, &h[i]),
                      0);
     struct canceller_arg a = {h, N, rc};
     pthread_t th;
@@ -753,10 +756,9 @@ Test(cancel, cancels_racing_fills_and_purges_give_one_outcome_per_task)
         runs += r;
         /* Cancelled before it ran (0), during its run (the run's result
          * discarded), or after it completed. */
-        cr_assert(rc[i] == 0 ||
-                      ((rc[i] == CHIME_CANCELLED_RUNNING ||
-                        rc[i] == -EALREADY) &&
-                       r == 1),
+        cr_assert(rc[i] == 0 || ((rc[i] == CHIME_CANCELLED_RUNNING ||
+                                  rc[i] == -EALREADY) &&
+                                 r == 1),
                   "task %d: %d, ran %d", i, rc[i], r);
         bool was_cancelled = rc[i] == 0 || rc[i] == CHIME_CANCELLED_RUNNING;
         cancelled += was_cancelled;
@@ -1221,7 +1223,7 @@ Test(cancel, rearms_and_submissions_at_one_instant_run_in_call_order)
     /* K tasks due in 30 s, each re-armed to 45 s: deferred. */
     for (int i = 0; i < K; i++) {
         cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[i],
-                                          30 * CHIME_SEC, &h[i]),
+                                         30 * CHIME_SEC, &h[i]),
                      0);
         cr_assert_eq(chime_task_rearm(h[i], 45 * CHIME_SEC), 0);
     }
@@ -1236,7 +1238,7 @@ Test(cancel, rearms_and_submissions_at_one_instant_run_in_call_order)
         key[i] = calls++;
         if (i % (1 + i % 4) == 0 && next < M) {
             cr_assert_eq(chime_pool_schedule(p, order_fn, &log.item[next],
-                                              60 * CHIME_SEC, &h[next]),
+                                             60 * CHIME_SEC, &h[next]),
                          0);
             key[next++] = calls++;
         }
@@ -1256,8 +1258,8 @@ Test(cancel, rearms_and_submissions_at_one_instant_run_in_call_order)
     for (int pos = 1; pos < want; pos++) {
         int a = atomic_load(&log.ids[pos - 1]), b = atomic_load(&log.ids[pos]);
         cr_assert(key[a] < key[b],
-                  "position %d: task %d (call %d) after task %d (call %d)",
-                  pos, b, key[b], a, key[a]);
+                  "position %d: task %d (call %d) after task %d (call %d)", pos,
+                  b, key[b], a, key[a]);
     }
     chime_task_release(ph);
     t_release_all(h, want);
@@ -1301,8 +1303,8 @@ rearm_until(void *arg)
         left--;
         a->seed = a->seed * 1103515245u + 12345u;
         int i = (int)((a->seed >> 8) % (unsigned)a->n);
-        int rc = chime_task_rearm(a->h[i], a->delay + (a->seed >> 28) % 4 *
-                                                          CHIME_MSEC);
+        int rc = chime_task_rearm(a->h[i],
+                                  a->delay + (a->seed >> 28) % 4 * CHIME_MSEC);
         if (rc == 0)
             atomic_fetch_add(&a->ok, 1);
         else if (rc == -EALREADY)
@@ -1404,7 +1406,7 @@ Test(cancel, rearms_racing_undefers_fills_and_cancels_give_one_outcome)
     cr_assert(h && rc && ran);
     for (int i = 0; i < N; i++) {
         cr_assert_eq(chime_pool_schedule(p, count_own_runs, &ran[i],
-                                          (1 + i % 8) * CHIME_MSEC, &h[i]),
+                                         (1 + i % 8) * CHIME_MSEC, &h[i]),
                      0);
         cr_assert_eq(chime_task_rearm(h[i], 20 * CHIME_MSEC), 0);
     }

@@ -398,8 +398,8 @@ Test(clock, custom_clock_pool_never_sleeps_on_a_deadline)
     atomic_int n = 0;
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, CHIME_MSEC, &h), 0);
-    bool idle = chime_pool_settle(p, T_LONG_NS) == 0 &&
-                stats_of(p).idle_waiters == 1;
+    bool idle =
+        chime_pool_settle(p, T_LONG_NS) == 0 && stats_of(p).idle_waiters == 1;
     cr_assert(idle, "the worker never went idle");
     chime_pool_stats s = stats_of(p);
     cr_assert_eq(s.timed_waiters, 0);

@@ -74,10 +74,11 @@ Test(dump, labels_and_groups_go_with_their_tasks)
     for (int i = 0; i < N; i++) {
         char label[32];
         snprintf(label, sizeof label, "task %d", i);
-        int rc = i % 3 == 0 ? chime_pool_schedule(p, t_count_fn, &n,
-                                                  (i % 2) * MS, &h[i])
-                 : i % 3 == 1 ? chime_loop_schedule(l, t_count_fn, &n, MS, &h[i])
-                              : chime_loop_post(l, t_count_fn, &n, &h[i]);
+        int rc =
+            i % 3 == 0
+                ? chime_pool_schedule(p, t_count_fn, &n, (i % 2) * MS, &h[i])
+            : i % 3 == 1 ? chime_loop_schedule(l, t_count_fn, &n, MS, &h[i])
+                         : chime_loop_post(l, t_count_fn, &n, &h[i]);
         cr_assert_eq(rc, 0);
         cr_assert_eq(chime_task_set_label(h[i], label), 0);
         if (i % 5 == 0)
@@ -142,8 +143,8 @@ Test(dump, hooks_read_the_label_and_the_log_names_it)
     o.log_ctx = &b;
     chime_pool *p = vpool_opts(&o, &c, T_START_NS);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, fail_fn, NULL, MS, MS,
-                                                   &h), 0);
+    cr_assert_eq(
+        chime_pool_schedule_at_fixed_rate(p, fail_fn, NULL, MS, MS, &h), 0);
     cr_assert_eq(chime_task_set_label(h, "stats flush"), 0);
     t_clock_advance(&c, p, MS);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), CHIME_EFAILED);
@@ -195,7 +196,8 @@ Test(dump, a_pool_dump_lists_pending_tasks_in_deadline_order)
     int arg = 0;
     cr_assert_eq(chime_pool_schedule(p, other_fn, &arg, 50 * MS, &late), 0);
     cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_noop_fn, NULL, 20 * MS,
-                                                   100 * MS, &rate), 0);
+                                                   100 * MS, &rate),
+                 0);
     cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, 10 * MS, &gone), 0);
     cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, 5 * MS, &moved), 0);
     cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, 30 * MS, &plain), 0);
@@ -237,8 +239,9 @@ Test(dump, a_pool_dump_lists_pending_tasks_in_deadline_order)
     cr_assert_not_null(f);
     cr_assert_eq(chime_pool_dump_file(p, f), 4);
     fclose(f);
-    cr_assert(strstr(text, "\"keep-alive\"") && strstr(text, "\"idle timeout\"") &&
-                  strstr(text, "4 tasks") && strstr(text, "rate"),
+    cr_assert(strstr(text, "\"keep-alive\"") &&
+                  strstr(text, "\"idle timeout\"") && strstr(text, "4 tasks") &&
+                  strstr(text, "rate"),
               "%s", text);
     free(text);
     /* A freed group is no longer named. */
@@ -267,8 +270,9 @@ Test(dump, a_loop_dump_lists_timers_and_due_tasks)
     atomic_int n = 0;
     cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, 10 * MS, &soon), 0);
     cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, 60 * MS, &later), 0);
-    cr_assert_eq(chime_loop_schedule_with_fixed_delay(l, t_count_fn, &n, 30 * MS,
-                                                      20 * MS, &rate), 0);
+    cr_assert_eq(chime_loop_schedule_with_fixed_delay(l, t_count_fn, &n,
+                                                      30 * MS, 20 * MS, &rate),
+                 0);
     cr_assert_eq(chime_task_set_label(later, "retry"), 0);
     t_clock_advance(&c, p, 10 * MS); /* soon is due; not dispatched yet */
     seen s = {0};
@@ -342,7 +346,8 @@ Test(dump, a_large_queue_is_dumped_whole)
     enum { N = 20000 };
     for (int i = 0; i < N; i++)
         cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL,
-                                         (int64_t)(i % 977 + 1) * MS, NULL), 0);
+                                         (int64_t)(i % 977 + 1) * MS, NULL),
+                     0);
     seen s = {.stop_after = 16};
     cr_assert_eq(chime_pool_dump(p, collect, &s), 16);
     for (int i = 1; i < 16; i++)

@@ -318,8 +318,7 @@ heap_full(chime_pool *p)
 {
     chime__pool_lock(p);
     /* The slots reserved for the submission inbox count (inbox.c). */
-    bool full =
-        chime__heap_used(&p->heap) + p->heap.reserved >= p->heap.cap;
+    bool full = chime__heap_used(&p->heap) + p->heap.reserved >= p->heap.cap;
     pthread_mutex_unlock(&p->mu);
     return full;
 }

@@ -27,7 +27,8 @@ Test(group, cancel_stops_every_pending_task_of_pools_and_loops)
         chime_task_release(h); /* the group keeps its own */
     }
     cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &n, CHIME_SEC,
-                                                   CHIME_SEC, &h), 0);
+                                                   CHIME_SEC, &h),
+                 0);
     cr_assert_eq(chime_group_add(g, h), 0);
     chime_task_release(h);
     for (int i = 0; i < 2; i++) {
@@ -178,7 +179,8 @@ Test(group, a_task_of_the_group_closes_it_from_its_callback)
     cr_assert_eq(chime_group_add(k.g, h), 0);
     chime_task_release(h);
     for (int i = 0; i < 3; i++) {
-        cr_assert_eq(chime_pool_schedule(p, other_timer, &k, 5 * CHIME_SEC, &h), 0);
+        cr_assert_eq(chime_pool_schedule(p, other_timer, &k, 5 * CHIME_SEC, &h),
+                     0);
         cr_assert_eq(chime_group_add(k.g, h), 0);
         chime_task_release(h);
     }
@@ -207,7 +209,8 @@ Test(group, a_later_task_of_the_group_waiting_on_it_is_refused_at_once)
     atomic_store(&k.closed_by_timeout, -1);
     chime_task *keep = NULL, *h = NULL;
     cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_noop_fn, NULL, T_FAR_NS,
-                                                   CHIME_SEC, &keep), 0);
+                                                   CHIME_SEC, &keep),
+                 0);
     cr_assert_eq(chime_group_add(k.g, keep), 0);
     cr_assert_eq(chime_pool_schedule(p, idle_timeout, &k, CHIME_SEC, &h), 0);
     cr_assert_eq(chime_group_add(k.g, h), 0);
@@ -313,9 +316,10 @@ Test(group, close_races_with_runs_rearms_adds_and_shutdown)
             atomic_store(&r.runs[i], 0);
             args[i].r = &r;
             args[i].i = i;
-            cr_assert_eq(chime_pool_schedule_at_fixed_rate(r.pool, race_fn, &args[i],
-                                                           0, 100 * CHIME_USEC,
-                                                           &r.t[i]), 0);
+            cr_assert_eq(
+                chime_pool_schedule_at_fixed_rate(r.pool, race_fn, &args[i], 0,
+                                                  100 * CHIME_USEC, &r.t[i]),
+                0);
             cr_assert_eq(chime_group_add(r.g, r.t[i]), 0);
         }
         pthread_t th;

@@ -169,11 +169,10 @@ Test(heap, slab_handles_name_every_node_of_several_chunks)
                          "round %d node %zu: handle %#x", round, i, h[i]);
             cr_assert_eq(chime__slab_owner(v[i]), (void *)&slab_owner);
             uintptr_t c = (uintptr_t)chime__slab_chunk_of(v[i]);
-            cr_assert(
-                (uintptr_t)v[i] >= c + sizeof(struct chime_task) &&
-                    (uintptr_t)v[i] + sizeof(struct chime_task) <=
-                        c + CHIME_SLAB_CHUNK,
-                "node %zu outside its chunk", i);
+            cr_assert((uintptr_t)v[i] >= c + sizeof(struct chime_task) &&
+                          (uintptr_t)v[i] + sizeof(struct chime_task) <=
+                              c + CHIME_SLAB_CHUNK,
+                      "node %zu outside its chunk", i);
         }
         qsort(h, N, sizeof(*h), cmp_u32);
         for (size_t i = 1; i < N; i++)
@@ -363,8 +362,8 @@ random_ops_near(const char *name, size_t steps, size_t max_len,
     /* The far run's mode: most pushes one long delay after now (so in
      * deadline order, tied while the clock stands), some earlier than the
      * run's last, the clock now and then past them all; purges. */
-    const int64_t far_delay = (int64_t)(CHIME_NEAR_SLOTS * 3) *
-                              (INT64_C(1) << CHIME_NEAR_SHIFT);
+    const int64_t far_delay =
+        (int64_t)(CHIME_NEAR_SLOTS * 3) * (INT64_C(1) << CHIME_NEAR_SHIFT);
     uint64_t seed = test_seed(name);
     uint64_t rs = seed;
     struct chime_slab slab;
@@ -453,9 +452,9 @@ random_ops_near(const char *name, size_t steps, size_t max_len,
             ref.v[ref.n++] = t;
         } else if (op < 65) {
             uint32_t hi = ref.v[ref_min(&ref)]->heap_index;
-            far_pops += (hi & (CHIME_NEAR_FLAG | CHIME_NEAR_RUN |
-                               CHIME_FAR_BIT)) ==
-                        (CHIME_NEAR_FLAG | CHIME_FAR_BIT);
+            far_pops +=
+                (hi & (CHIME_NEAR_FLAG | CHIME_NEAR_RUN | CHIME_FAR_BIT)) ==
+                (CHIME_NEAR_FLAG | CHIME_FAR_BIT);
             pop_checked(&h, &ref, seed, step);
         } else if (op < 75) {
             remove_random(&h, &ref, &rs, seed);
@@ -472,8 +471,9 @@ random_ops_near(const char *name, size_t steps, size_t max_len,
         } else {
             size_t i = (size_t)(rng_next(&rs) % ref.n);
             struct chime_task *t = ref.v[i];
-            set_dl(t, now + (int64_t)(rng_next(&rs) %
-                                      (uint64_t)(CHIME_NEAR_SLOTS * slot)) -
+            set_dl(t, now +
+                          (int64_t)(rng_next(&rs) %
+                                    (uint64_t)(CHIME_NEAR_SLOTS * slot)) -
                           slot);
             if (op < 93)
                 t->seq = seq++;

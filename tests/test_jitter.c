@@ -42,10 +42,12 @@ rate_runs(uint64_t seed, bool fraction, int64_t d[RUNS])
     atomic_int n = 0;
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &n, 100 * MS,
-                                                   100 * MS, &h), 0);
-    cr_assert_eq(fraction ? chime_task_set_jitter(h, 0, 0.1, CHIME_JITTER_NOW)
-                          : chime_task_set_jitter(h, 10 * MS, 0,
-                                                  CHIME_JITTER_NOW), 0);
+                                                   100 * MS, &h),
+                 0);
+    cr_assert_eq(fraction
+                     ? chime_task_set_jitter(h, 0, 0.1, CHIME_JITTER_NOW)
+                     : chime_task_set_jitter(h, 10 * MS, 0, CHIME_JITTER_NOW),
+                 0);
     d[0] = chime_task_remaining(h);
     for (int k = 1; k < RUNS; k++) {
         int64_t now = atomic_load(&c.now) - T_START_NS;
@@ -103,8 +105,9 @@ Test(jitter, fixed_delay_adds_a_draw_to_each_delay)
     chime_pool *p = seeded(&c, 3);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, t_count_fn, &n, 50 * MS,
-                                                      50 * MS, &h), 0);
+    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, t_count_fn, &n,
+                                                      50 * MS, 50 * MS, &h),
+                 0);
     cr_assert_eq(chime_task_set_jitter(h, 5 * MS, 0, 0), 0);
     /* Without CHIME_JITTER_NOW the pending run keeps its time. */
     cr_assert_eq(chime_task_remaining(h), 50 * MS);
@@ -113,8 +116,8 @@ Test(jitter, fixed_delay_adds_a_draw_to_each_delay)
         cr_assert_eq(t_clock_settle(&c, p, d - atomic_load(&c.now)), 0);
         int64_t end = atomic_load(&c.now); /* runs take no manual time */
         d = next_deadline(&c, h, &n, k);
-        cr_assert(d >= end + 50 * MS && d <= end + 55 * MS, "run %d: +%lld",
-                  k, (long long)(d - end));
+        cr_assert(d >= end + 50 * MS && d <= end + 55 * MS, "run %d: +%lld", k,
+                  (long long)(d - end));
     }
     cr_assert_eq(chime_task_cancel(h, 0), 0);
     chime_task_release(h);
@@ -128,7 +131,8 @@ Test(jitter, a_rearm_is_exact_and_starts_the_grid_again)
     atomic_int n = 0;
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &n, 100 * MS,
-                                                   100 * MS, &h), 0);
+                                                   100 * MS, &h),
+                 0);
     cr_assert_eq(chime_task_set_jitter(h, 10 * MS, 0, CHIME_JITTER_NOW), 0);
     cr_assert_eq(chime_task_rearm(h, 30 * MS), 0);
     cr_assert_eq(chime_task_remaining(h), 30 * MS);
@@ -153,7 +157,8 @@ Test(jitter, loop_tasks_are_spread_too)
     atomic_int n = 0;
     chime_task *h = NULL;
     cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, t_count_fn, &n, 100 * MS,
-                                                   100 * MS, &h), 0);
+                                                   100 * MS, &h),
+                 0);
     cr_assert_eq(chime_task_set_jitter(h, 10 * MS, 0, CHIME_JITTER_NOW), 0);
     int64_t r = chime_task_remaining(h);
     cr_assert(r >= 100 * MS && r <= 110 * MS, "%lld", (long long)r);
@@ -196,7 +201,8 @@ Test(jitter, refuses_what_it_does_not_apply_to)
     atomic_int ran = 0;
     cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, T_FAR_NS, &one), 0);
     cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_noop_fn, NULL, T_FAR_NS,
-                                                   MS, &rate), 0);
+                                                   MS, &rate),
+                 0);
     cr_assert_eq(chime_task_set_jitter(NULL, MS, 0, 0), -EINVAL);
     cr_assert_eq(chime_task_set_jitter(one, MS, 0, 0), -EINVAL);
     cr_assert_eq(chime_task_set_jitter(rate, -1, 0, 0), -EINVAL);
@@ -211,8 +217,8 @@ Test(jitter, refuses_what_it_does_not_apply_to)
     /* A running task's pending run cannot move: refused with the flag,
      * taken without it. */
     atomic_store(&g_gate, 0);
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, held_fn, &ran, 0, MS,
-                                                   &busy), 0);
+    cr_assert_eq(
+        chime_pool_schedule_at_fixed_rate(p, held_fn, &ran, 0, MS, &busy), 0);
     cr_assert(T_WAIT_UNTIL(atomic_load(&ran) == 1, T_LONG_NS));
     cr_assert_eq(chime_task_set_jitter(busy, MS, 0, CHIME_JITTER_NOW),
                  -EALREADY);

@@ -71,8 +71,9 @@ Test(log, a_periodic_task_stopped_by_a_failure_is_logged)
     o.log_ctx = &b;
     chime_pool *p = vpool_opts(&o, &c, T_START_NS);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, fail_fn, NULL, 0,
-                                                   CHIME_MSEC, &h), 0);
+    cr_assert_eq(
+        chime_pool_schedule_at_fixed_rate(p, fail_fn, NULL, 0, CHIME_MSEC, &h),
+        0);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), CHIME_EFAILED);
     cr_assert(T_WAIT_UNTIL(logged(&b, CHIME_LOG_WARNING, "periodic task"),
                            T_LONG_NS));
@@ -83,8 +84,9 @@ Test(log, a_periodic_task_stopped_by_a_failure_is_logged)
     cr_assert_eq(chime_task_wait(one, T_LONG_NS, NULL), CHIME_EFAILED);
     chime_loop *l = loop_here(p, 0);
     chime_task *lh = NULL;
-    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, fail_fn, NULL, 0,
-                                                   CHIME_MSEC, &lh), 0);
+    cr_assert_eq(
+        chime_loop_schedule_at_fixed_rate(l, fail_fn, NULL, 0, CHIME_MSEC, &lh),
+        0);
     cr_assert(DISPATCH_UNTIL(l, chime_task_is_done(lh), T_LONG_NS));
     cr_assert(logged(&b, CHIME_LOG_WARNING, "periodic loop task"));
     pthread_mutex_lock(&b.mu);
@@ -137,7 +139,9 @@ Test(log, a_wall_clock_step_is_logged)
     chime_pool *p = vpool_opts(&o, &c, T_START_NS);
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule_wall(p, t_noop_fn, NULL,
-                                          chime_pool_wall_now(p) + CHIME_SEC, &h), 0);
+                                          chime_pool_wall_now(p) + CHIME_SEC,
+                                          &h),
+                 0);
     atomic_fetch_add(&wall.now, -3600 * CHIME_SEC);
     cr_assert_eq(chime_pool_wall_stepped(p), 0);
     cr_assert(logged(&b, CHIME_LOG_INFO, "wall clock was stepped"));
@@ -196,17 +200,17 @@ static void
 run_three_failures(chime_pool *p, t_clock *c)
 {
     chime_task *h[3] = {NULL, NULL, NULL};
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, timed_out_fn, NULL,
-                                                   CHIME_MSEC, CHIME_MSEC,
-                                                   &h[0]), 0);
+    cr_assert_eq(chime_pool_schedule_at_fixed_rate(
+                     p, timed_out_fn, NULL, CHIME_MSEC, CHIME_MSEC, &h[0]),
+                 0);
     cr_assert_eq(chime_task_set_label(h[0], "heartbeat"), 0);
-    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, timed_out_fn, NULL,
-                                                      CHIME_MSEC, CHIME_MSEC,
-                                                      &h[1]), 0);
+    cr_assert_eq(chime_pool_schedule_with_fixed_delay(
+                     p, timed_out_fn, NULL, CHIME_MSEC, CHIME_MSEC, &h[1]),
+                 0);
     chime_loop *l = loop_here(p, 0);
-    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, timed_out_fn, NULL,
-                                                   CHIME_MSEC, CHIME_MSEC,
-                                                   &h[2]), 0);
+    cr_assert_eq(chime_loop_schedule_at_fixed_rate(
+                     l, timed_out_fn, NULL, CHIME_MSEC, CHIME_MSEC, &h[2]),
+                 0);
     cr_assert_eq(chime_task_set_label(h[2], "conn-timer"), 0);
     t_clock_advance(c, p, CHIME_MSEC);
     cr_assert_eq(chime_task_wait(h[0], T_LONG_NS, NULL), CHIME_EFAILED);
@@ -235,10 +239,12 @@ Test(log, a_failed_periodic_task_is_logged_once_with_its_label_and_error)
     pthread_mutex_unlock(&b.mu);
     cr_assert_eq(count_with(&b, CHIME_LOG_WARNING,
                             (const char *[]){"periodic task", "\"heartbeat\"",
-                                             err, NULL}), 1);
-    cr_assert_eq(count_with(&b, CHIME_LOG_WARNING,
-                            (const char *[]){"periodic task", "(no label)",
-                                             err, NULL}), 1);
+                                             err, NULL}),
+                 1);
+    cr_assert_eq(
+        count_with(&b, CHIME_LOG_WARNING,
+                   (const char *[]){"periodic task", "(no label)", err, NULL}),
+        1);
     cr_assert_eq(count_with(&b, CHIME_LOG_WARNING,
                             (const char *[]){"periodic loop task",
                                              "\"conn-timer\"", err, NULL}),
@@ -314,11 +320,10 @@ Test(log, without_a_log_callback_the_line_goes_to_stderr)
     cr_assert_eq(lines_with(out, (const char *[]){"chime: ", "periodic task",
                                                   "(no label)", err, NULL}),
                  1, "stderr: %s", out);
-    cr_assert_eq(lines_with(out, (const char *[]){"chime: ",
-                                                  "periodic loop task",
-                                                  "\"conn-timer\"", err,
-                                                  NULL}),
-                 1, "stderr: %s", out);
+    cr_assert_eq(
+        lines_with(out, (const char *[]){"chime: ", "periodic loop task",
+                                         "\"conn-timer\"", err, NULL}),
+        1, "stderr: %s", out);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }
 

@@ -277,12 +277,10 @@ Test(loop, a_callback_may_cancel_and_release_its_own_handle)
     atomic_int runs2 = 0, cancel2 = 1, release2 = 1;
     conn *c1 = conn_new(1, &runs1, &cancel1, &release1);
     conn *c2 = conn_new(3, &runs2, &cancel2, &release2);
-    cr_assert_eq(chime_loop_schedule(l, conn_timeout_fn, c1, 10 * MS,
-                                     &c1->timer),
-                 0);
-    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, conn_timeout_fn, c2,
-                                                   10 * MS, 10 * MS,
-                                                   &c2->timer),
+    cr_assert_eq(
+        chime_loop_schedule(l, conn_timeout_fn, c1, 10 * MS, &c1->timer), 0);
+    cr_assert_eq(chime_loop_schedule_at_fixed_rate(
+                     l, conn_timeout_fn, c2, 10 * MS, 10 * MS, &c2->timer),
                  0);
     for (int i = 1; i <= 3; i++) {
         t_clock_advance(&clk, p, 10 * MS);
@@ -295,7 +293,8 @@ Test(loop, a_callback_may_cancel_and_release_its_own_handle)
         cr_assert_eq(chime_loop_dispatch(l), 0);
     }
     cr_assert_eq(atomic_load(&runs1), 1);
-    cr_assert_eq(atomic_load(&cancel1), CHIME_CANCELLED_RUNNING, "cancel of its own running task");
+    cr_assert_eq(atomic_load(&cancel1), CHIME_CANCELLED_RUNNING,
+                 "cancel of its own running task");
     cr_assert_eq(atomic_load(&release1), 0);
     cr_assert_eq(atomic_load(&runs2), 3, "ran again after cancelling itself");
     cr_assert_eq(atomic_load(&cancel2), CHIME_CANCELLED_RUNNING);

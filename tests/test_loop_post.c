@@ -59,8 +59,8 @@ Test(post, mixed_submissions_from_one_thread_keep_their_order)
             chime_task_release(h[i]);
         }
     chime_pool_stats s = stats_of(p);
-    cr_assert_eq(s.submitted, N / 2, "delay-0 schedules are submissions: %" PRIu64,
-                 s.submitted);
+    cr_assert_eq(s.submitted, N / 2,
+                 "delay-0 schedules are submissions: %" PRIu64, s.submitted);
     cr_assert_eq(s.completed, N);
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
@@ -136,10 +136,9 @@ producer_main(void *arg)
     seq_item *items = malloc(sizeof(*items) * (size_t)pa->n);
     for (int i = 0; i < pa->n; i++) {
         items[i] = (seq_item){pa, i};
-        int rc = i % 3 == 2 ? chime_loop_schedule(pa->loop, seq_fn, &items[i],
-                                                  0, NULL)
-                            : chime_loop_post(pa->loop, seq_fn, &items[i],
-                                              NULL);
+        int rc = i % 3 == 2
+                     ? chime_loop_schedule(pa->loop, seq_fn, &items[i], 0, NULL)
+                     : chime_loop_post(pa->loop, seq_fn, &items[i], NULL);
         if (rc != 0)
             atomic_fetch_add(pa->bad, 1);
     }

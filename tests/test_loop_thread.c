@@ -325,7 +325,8 @@ later_schedule_then_dispatch(later *t)
     return 0;
 }
 
-Test(loop, caller_runs_runs_a_loop_task_on_the_named_thread_before_it_dispatched)
+Test(loop,
+     caller_runs_runs_a_loop_task_on_the_named_thread_before_it_dispatched)
 {
     /* Full: one far task and max_pending 1, on a clock that stays put. */
     t_clock c;

@@ -150,9 +150,9 @@ Test(timers, touch_refuses_what_it_cannot_do)
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, CHIME_SEC, &pool_task),
                  0);
     cr_assert_eq(chime_task_touch(pool_task), -ENOTSUP);
-    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, t_count_fn, &n, MS, MS,
-                                                   &periodic),
-                 0);
+    cr_assert_eq(
+        chime_loop_schedule_at_fixed_rate(l, t_count_fn, &n, MS, MS, &periodic),
+        0);
     cr_assert_eq(chime_task_touch(periodic), -EINVAL);
     cr_assert_eq(chime_task_cancel(periodic, 0), 0);
     cr_assert_eq(chime_task_touch(periodic), -EINVAL);
@@ -177,15 +177,15 @@ Test(timers, touch_refuses_wall_clock_and_calendar_loop_tasks)
     chime_loop *l = loop_here(p, 0);
     atomic_int n = 0;
     chime_task *w = NULL, *c = NULL;
-    cr_assert_eq(chime_loop_schedule_wall(l, t_count_fn, &n,
-                                          w0 + 60 * CHIME_SEC, &w),
-                 0);
+    cr_assert_eq(
+        chime_loop_schedule_wall(l, t_count_fn, &n, w0 + 60 * CHIME_SEC, &w),
+        0);
     chime_cron cron;
     chime_cron_error e = {0, NULL};
     cr_assert_eq(chime_cron_parse(&cron, "0 * * * *", &e), 0);
-    cr_assert_eq(chime_loop_schedule_cron(l, t_count_fn, &n, &cron,
-                                          chime_tz_utc(), &c),
-                 0);
+    cr_assert_eq(
+        chime_loop_schedule_cron(l, t_count_fn, &n, &cron, chime_tz_utc(), &c),
+        0);
     int64_t w_at = 0, c_at = 0, at = 0;
     cr_assert_eq(chime_task_wall_deadline(w, &w_at), 0);
     cr_assert_eq(chime_task_wall_deadline(c, &c_at), 0);
@@ -343,10 +343,9 @@ Test(timers, a_due_loop_timer_wakes_the_loop_without_any_worker)
     /* Only the fd says when to dispatch (both timers may be due by the
      * first time it is readable on a slow machine). */
     while (atomic_load(&n) < 2) {
-        cr_assert(fd_readable_within(chime_loop_fd(l),
-                                     (int)(T_LONG_NS / CHIME_MSEC)),
-                  "a due timer never made the fd readable (%d ran)",
-                  atomic_load(&n));
+        cr_assert(
+            fd_readable_within(chime_loop_fd(l), (int)(T_LONG_NS / CHIME_MSEC)),
+            "a due timer never made the fd readable (%d ran)", atomic_load(&n));
         cr_assert_geq(chime_loop_dispatch(l), 0);
     }
     cr_assert_eq(chime_task_wait(h, 0, NULL), 0);
@@ -371,9 +370,9 @@ Test(timers, timers_on_the_real_clock_run_once_through_the_fd_alone)
     chime_task *h[N];
     for (int i = 0; i < N; i++) {
         atomic_init(&runs[i], 0);
-        cr_assert_eq(chime_loop_schedule(l, t_count_fn, &runs[i],
-                                         (i % 20) * MS, &h[i]),
-                     0);
+        cr_assert_eq(
+            chime_loop_schedule(l, t_count_fn, &runs[i], (i % 20) * MS, &h[i]),
+            0);
     }
     int expect = 0;
     for (int i = 0; i < N; i++) {

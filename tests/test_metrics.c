@@ -17,7 +17,8 @@ Test(metrics, bucket_bounds_are_powers_of_two_minus_one)
     cr_assert_eq(chime_lateness_bucket_le(2), 3);
     cr_assert_eq(chime_lateness_bucket_le(10), 1023);
     cr_assert_eq(chime_lateness_bucket_le(30), (INT64_C(1) << 30) - 1);
-    cr_assert_eq(chime_lateness_bucket_le(CHIME_LATENESS_BUCKETS - 1), INT64_MAX);
+    cr_assert_eq(chime_lateness_bucket_le(CHIME_LATENESS_BUCKETS - 1),
+                 INT64_MAX);
     cr_assert_eq(chime_lateness_bucket_le(1000), INT64_MAX);
 }
 
@@ -35,10 +36,12 @@ Test(metrics, the_pool_counts_each_run_in_its_lateness_bucket)
     t_clock c;
     chime_pool *p = vpool(1, &c);
     chime_task *a = NULL, *b = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, 10 * CHIME_MSEC, &a), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, 10 * CHIME_MSEC, &a),
+                 0);
     t_clock_advance(&c, p, 10 * CHIME_MSEC); /* exactly on time */
     cr_assert_eq(chime_task_wait(a, T_LONG_NS, NULL), 0);
-    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, 10 * CHIME_MSEC, &b), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, 10 * CHIME_MSEC, &b),
+                 0);
     t_clock_advance(&c, p, 10 * CHIME_MSEC + 1000); /* 1000 ns late */
     cr_assert_eq(chime_task_wait(b, T_LONG_NS, NULL), 0);
     chime_pool_stats s = stats_of(p);
@@ -63,7 +66,8 @@ Test(metrics, a_binding_counts_its_timers_not_its_posts)
     chime_pool *p = vpool(1, &c);
     chime_loop *l = loop_here(p, 0);
     atomic_int n = 0;
-    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, 10 * CHIME_MSEC, NULL), 0);
+    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &n, 10 * CHIME_MSEC, NULL),
+                 0);
     t_clock_advance(&c, p, 10 * CHIME_MSEC + 3000);
     for (int i = 0; i < 5; i++)
         cr_assert_eq(chime_loop_post(l, t_count_fn, &n, NULL), 0);
@@ -88,20 +92,29 @@ Test(metrics, pool_stats_in_the_prometheus_text_format)
     int n = chime_pool_stats_format(&s, "web \"1\"", NULL, 0);
     cr_assert_gt(n, 0);
     char *buf = malloc((size_t)n + 1);
-    cr_assert_eq(chime_pool_stats_format(&s, "web \"1\"", buf, (size_t)n + 1), n);
+    cr_assert_eq(chime_pool_stats_format(&s, "web \"1\"", buf, (size_t)n + 1),
+                 n);
     cr_assert_eq(strlen(buf), (size_t)n);
-    cr_assert_not_null(strstr(buf, "# TYPE chime_tasks_submitted_total counter\n"));
-    cr_assert_not_null(strstr(buf, "chime_tasks_submitted_total{pool=\"web \\\"1\\\"\"} 7\n"));
-    cr_assert_not_null(strstr(buf, "chime_tasks_pending{pool=\"web \\\"1\\\"\"} 2\n"));
-    cr_assert_not_null(strstr(buf, "# TYPE chime_task_lateness_seconds histogram\n"));
-    cr_assert_not_null(strstr(buf, "chime_task_lateness_seconds_bucket{pool=\"web \\\"1\\\"\",le=\"0\"} 3\n"));
+    cr_assert_not_null(
+        strstr(buf, "# TYPE chime_tasks_submitted_total counter\n"));
+    cr_assert_not_null(
+        strstr(buf, "chime_tasks_submitted_total{pool=\"web \\\"1\\\"\"} 7\n"));
+    cr_assert_not_null(
+        strstr(buf, "chime_tasks_pending{pool=\"web \\\"1\\\"\"} 2\n"));
+    cr_assert_not_null(
+        strstr(buf, "# TYPE chime_task_lateness_seconds histogram\n"));
+    cr_assert_not_null(strstr(buf, "chime_task_lateness_seconds_bucket{pool="
+                                   "\"web \\\"1\\\"\",le=\"0\"} 3\n"));
     cr_assert_not_null(strstr(buf, "le=\"1.023e-06\"} 4\n"), "cumulative");
     cr_assert_not_null(strstr(buf, "le=\"+Inf\"} 4\n"));
-    cr_assert_not_null(strstr(buf, "chime_task_lateness_seconds_count{pool=\"web \\\"1\\\"\"} 4\n"));
-    cr_assert_not_null(strstr(buf, "_sum{pool=\"web \\\"1\\\"\"} 0.000001000\n"));
+    cr_assert_not_null(strstr(
+        buf, "chime_task_lateness_seconds_count{pool=\"web \\\"1\\\"\"} 4\n"));
+    cr_assert_not_null(
+        strstr(buf, "_sum{pool=\"web \\\"1\\\"\"} 0.000001000\n"));
     /* Cut to fit, NUL-terminated, the whole length returned. */
     char small[32];
-    cr_assert_eq(chime_pool_stats_format(&s, "web \"1\"", small, sizeof(small)), n);
+    cr_assert_eq(chime_pool_stats_format(&s, "web \"1\"", small, sizeof(small)),
+                 n);
     cr_assert_eq(strlen(small), sizeof(small) - 1);
     cr_assert_eq(chime_pool_stats_format(NULL, NULL, NULL, 0), -EINVAL);
     cr_assert_eq(chime_pool_stats_format(&s, NULL, NULL, 10), -EINVAL);
@@ -118,7 +131,10 @@ Test(metrics, loop_stats_in_the_prometheus_text_format)
     char buf[8192];
     int n = chime_loop_stats_format(&s, NULL, buf, sizeof(buf));
     cr_assert(n > 0 && (size_t)n < sizeof(buf));
-    cr_assert_not_null(strstr(buf, "chime_loop_dispatched_total{loop=\"chime\"} 9\n"));
-    cr_assert_not_null(strstr(buf, "chime_loop_lateness_seconds_count{loop=\"chime\"} 2\n"));
-    cr_assert_eq(chime_loop_stats_format(NULL, NULL, buf, sizeof(buf)), -EINVAL);
+    cr_assert_not_null(
+        strstr(buf, "chime_loop_dispatched_total{loop=\"chime\"} 9\n"));
+    cr_assert_not_null(
+        strstr(buf, "chime_loop_lateness_seconds_count{loop=\"chime\"} 2\n"));
+    cr_assert_eq(chime_loop_stats_format(NULL, NULL, buf, sizeof(buf)),
+                 -EINVAL);
 }

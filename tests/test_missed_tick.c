@@ -21,9 +21,11 @@ jump(t_clock *c, chime_pool *p, atomic_int *n, int policy)
 {
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, n, 10 * MS,
-                                                   10 * MS, &h), 0);
+                                                   10 * MS, &h),
+                 0);
     if (policy >= 0)
-        cr_assert_eq(chime_task_set_missed_tick(h, (chime_missed_tick)policy), 0);
+        cr_assert_eq(chime_task_set_missed_tick(h, (chime_missed_tick)policy),
+                     0);
     cr_assert_eq(t_clock_settle(c, p, 35 * MS), 0);
     return h;
 }
@@ -92,7 +94,8 @@ Test(missed_tick, loop_tasks_follow_the_policy_too)
     atomic_int n = 0;
     chime_task *h = NULL;
     cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, t_count_fn, &n, 10 * MS,
-                                                   10 * MS, &h), 0);
+                                                   10 * MS, &h),
+                 0);
     cr_assert_eq(chime_task_set_missed_tick(h, CHIME_MISSED_SKIP), 0);
     t_clock_advance(&c, p, 35 * MS);
     cr_assert(DISPATCH_UNTIL(l, atomic_load(&n) >= 1, T_LONG_NS));
@@ -110,17 +113,21 @@ Test(missed_tick, rejects_what_it_does_not_apply_to)
     chime_pool *p = vpool(1, &c);
     chime_task *one = NULL, *delay = NULL, *rate = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, T_FAR_NS, &one), 0);
-    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, t_noop_fn, NULL, T_FAR_NS,
-                                                      MS, &delay), 0);
+    cr_assert_eq(chime_pool_schedule_with_fixed_delay(p, t_noop_fn, NULL,
+                                                      T_FAR_NS, MS, &delay),
+                 0);
     cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_noop_fn, NULL, T_FAR_NS,
-                                                   MS, &rate), 0);
+                                                   MS, &rate),
+                 0);
     cr_assert_eq(chime_task_set_missed_tick(NULL, CHIME_MISSED_SKIP), -EINVAL);
     cr_assert_eq(chime_task_set_missed_tick(one, CHIME_MISSED_SKIP), -EINVAL);
     cr_assert_eq(chime_task_set_missed_tick(delay, CHIME_MISSED_SKIP), -EINVAL);
-    cr_assert_eq(chime_task_set_missed_tick(rate, (chime_missed_tick)3), -EINVAL);
+    cr_assert_eq(chime_task_set_missed_tick(rate, (chime_missed_tick)3),
+                 -EINVAL);
     cr_assert_eq(chime_task_set_missed_tick(rate, CHIME_MISSED_DELAY), 0);
     cr_assert_eq(chime_task_cancel(rate, 0), 0);
-    cr_assert_eq(chime_task_set_missed_tick(rate, CHIME_MISSED_BURST), -EALREADY);
+    cr_assert_eq(chime_task_set_missed_tick(rate, CHIME_MISSED_BURST),
+                 -EALREADY);
     chime_task_release(one);
     chime_task_release(delay);
     chime_task_release(rate);

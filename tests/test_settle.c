@@ -45,9 +45,9 @@ Test(settle, a_periodic_task_runs_once_per_period_advanced)
     atomic_int ran;
     atomic_init(&ran, 0);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_count_fn, &ran,
-                                                   10 * CHIME_MSEC,
-                                                   10 * CHIME_MSEC, &h), 0);
+    cr_assert_eq(chime_pool_schedule_at_fixed_rate(
+                     p, t_count_fn, &ran, 10 * CHIME_MSEC, 10 * CHIME_MSEC, &h),
+                 0);
     for (int k = 1; k <= 5; k++) {
         cr_assert_eq(t_clock_settle(&c, p, 10 * CHIME_MSEC), 0);
         cr_assert_eq(atomic_load(&ran), k);
@@ -85,8 +85,7 @@ Test(settle, tasks_scheduled_by_due_callbacks_with_delay_0_run_too)
     atomic_init(&a.ran, 0);
     atomic_init(&b.ran, 0);
     cr_assert_eq(chime_pool_schedule(p, chain_fn, &a, CHIME_MSEC, NULL), 0);
-    cr_assert_eq(chime_pool_schedule(p, chain_fn, &b, 2 * CHIME_MSEC, NULL),
-                 0);
+    cr_assert_eq(chime_pool_schedule(p, chain_fn, &b, 2 * CHIME_MSEC, NULL), 0);
     cr_assert_eq(t_clock_settle(&c, p, 2 * CHIME_MSEC), 0);
     cr_assert_eq(atomic_load(&a.ran), 100);
     cr_assert_eq(atomic_load(&b.ran), 37);
@@ -101,8 +100,7 @@ Test(settle, times_out_while_a_due_callback_blocks)
     t_latch gate;
     t_latch_init(&gate, 1);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, CHIME_MSEC, &h),
-                 0);
+    cr_assert_eq(chime_pool_schedule(p, t_block_fn, &gate, CHIME_MSEC, &h), 0);
     atomic_fetch_add(&c.now, CHIME_MSEC);
     int64_t t0 = chime_now_ns();
     cr_assert_eq(chime_pool_settle(p, T_QUIET_NS), -ETIMEDOUT);
@@ -144,8 +142,9 @@ Test(settle, returns_edeadlk_from_inside_a_task)
     atomic_init(&loop_task.poll_rc, 1);
     atomic_init(&loop_task.forever_rc, 1);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, settle_inside_fn, &pool_task,
-                                     CHIME_MSEC, &h), 0);
+    cr_assert_eq(
+        chime_pool_schedule(p, settle_inside_fn, &pool_task, CHIME_MSEC, &h),
+        0);
     cr_assert_eq(t_clock_settle(&c, p, CHIME_MSEC), 0);
     cr_assert_eq(chime_task_wait(h, 0, NULL), 0);
     cr_assert_eq(atomic_load(&pool_task.poll_rc), -EDEADLK);
@@ -170,8 +169,7 @@ Test(settle, loop_tasks_are_left_to_their_dispatch)
     chime_loop *l = loop_here(p, 0);
     atomic_int ran;
     atomic_init(&ran, 0);
-    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &ran, CHIME_MSEC, NULL),
-                 0);
+    cr_assert_eq(chime_loop_schedule(l, t_count_fn, &ran, CHIME_MSEC, NULL), 0);
     cr_assert_eq(t_clock_settle(&c, p, CHIME_MSEC), 0);
     cr_assert_eq(atomic_load(&ran), 0);
     /* The binding was told: its fd is readable now, no wait. */

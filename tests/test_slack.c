@@ -78,9 +78,8 @@ Test(slack, short_delays_loop_tasks_a_small_slack_and_a_custom_clock_stay_exact)
     cr_assert_eq(chime_task_rearm(h[0], CHIME_SEC / 2), 0);
     cr_assert_leq(chime_task_remaining(h[0]), CHIME_SEC / 2);
     /* Periodic. */
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, t_noop_fn, NULL, D, D,
-                                                   &h[1]),
-                 0);
+    cr_assert_eq(
+        chime_pool_schedule_at_fixed_rate(p, t_noop_fn, NULL, D, D, &h[1]), 0);
     cr_assert_leq(chime_task_remaining(h[1]), D);
     /* A loop task, scheduled and re-armed. */
     chime_loop *l = loop_new(p, 0);

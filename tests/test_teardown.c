@@ -196,9 +196,9 @@ Test(teardown, waiting_cancel_of_a_queued_or_completed_task_returns_at_once)
     chime_task_release(t);
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 0, &t), 0);
     cr_assert_eq(chime_task_wait(t, T_LONG_NS, NULL), 0);
-    cr_assert_eq(chime_task_cancel(t, CHIME_CANCEL_WAIT |
-                                          CHIME_CANCEL_INTERRUPT),
-                 -EALREADY);
+    cr_assert_eq(
+        chime_task_cancel(t, CHIME_CANCEL_WAIT | CHIME_CANCEL_INTERRUPT),
+        -EALREADY);
     cr_assert_eq(chime_task_cancel(t, 4u), -EINVAL);
     chime_task_release(t);
     cr_assert_eq(chime_pool_destroy(p), 0);
@@ -249,9 +249,9 @@ Test(teardown, waiting_cancel_of_a_loop_task_waits_for_its_loop_thread)
     hold h;
     hold_init(&h);
     chime_task *t = NULL;
-    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, hold_fn, &h, 0,
-                                                   CHIME_MSEC, &t),
-                 0);
+    cr_assert_eq(
+        chime_loop_schedule_at_fixed_rate(l, hold_fn, &h, 0, CHIME_MSEC, &t),
+        0);
     cr_assert(t_latch_wait(&h.started, T_LONG_NS));
     canceller c;
     canceller_start(&c, t, NULL, false, &h);
@@ -370,9 +370,8 @@ Test(teardown, a_task_closing_its_own_group_waits_for_the_others_only)
     cr_assert_eq(chime_pool_schedule(p, hold_fn, &h, 0, &ping), 0);
     cr_assert_eq(chime_group_add(g, ping), 0);
     cr_assert(t_latch_wait(&h.started, T_LONG_NS));
-    cr_assert_eq(chime_pool_schedule(p, closes_own_group_fn, &c, T_FAR_NS,
-                                     &timeout),
-                 0);
+    cr_assert_eq(
+        chime_pool_schedule(p, closes_own_group_fn, &c, T_FAR_NS, &timeout), 0);
     cr_assert_eq(chime_group_add(g, timeout), 0);
     cr_assert_eq(chime_task_rearm(timeout, 0), 0);
     /* The timeout's close waits for the ping's run. */
@@ -488,10 +487,9 @@ Test(teardown, finalizer_of_a_fire_and_forget_task_on_its_worker_and_its_loop)
     fin_init(&fp);
     cr_assert_eq(chime_loop_schedule(l, fin_self_fn, &fl, 0, NULL), 0);
     cr_assert_eq(chime_loop_post(l, fin_self_fn, &fp, NULL), 0);
-    cr_assert(DISPATCH_UNTIL(l,
-                             atomic_load(&fl.calls) == 1 &&
-                                 atomic_load(&fp.calls) == 1,
-                             T_LONG_NS));
+    cr_assert(DISPATCH_UNTIL(
+        l, atomic_load(&fl.calls) == 1 && atomic_load(&fp.calls) == 1,
+        T_LONG_NS));
     cr_assert(pthread_equal(atomic_load(&fl.on), pthread_self()));
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
@@ -510,8 +508,7 @@ far_with_fin(chime_pool *p, chime_loop *l, fin_arg *f, bool periodic)
         cr_assert_eq(chime_loop_schedule(l, fin_run_fn, f, T_FAR_NS, &t), 0);
     else if (periodic)
         cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, fin_run_fn, f,
-                                                       T_FAR_NS, T_FAR_NS,
-                                                       &t),
+                                                       T_FAR_NS, T_FAR_NS, &t),
                      0);
     else
         cr_assert_eq(chime_pool_schedule(p, fin_run_fn, f, T_FAR_NS, &t), 0);
@@ -654,9 +651,9 @@ Test(teardown, finalizer_of_a_cancelled_periodic_task_after_its_run)
     fin_arg f;
     fin_init(&f);
     chime_task *u = NULL;
-    cr_assert_eq(chime_pool_schedule_at_fixed_rate(p, fin_run_fn, &f, 0,
-                                                   T_FAR_NS, &u),
-                 0);
+    cr_assert_eq(
+        chime_pool_schedule_at_fixed_rate(p, fin_run_fn, &f, 0, T_FAR_NS, &u),
+        0);
     cr_assert_eq(chime_task_set_finalizer(u, fin_count), 0);
     cr_assert(T_WAIT_UNTIL(atomic_load(&f.runs) == 1, T_LONG_NS));
     /* Its first run may still be returning: waited for. */
@@ -686,9 +683,8 @@ Test(teardown, finalizer_of_a_wall_clock_task_gets_the_users_argument)
     fin_arg f;
     fin_init(&f);
     chime_task *t = NULL;
-    cr_assert_eq(chime_pool_schedule_wall(p, fin_run_fn, &f,
-                                          chime_pool_wall_now(p) + T_FAR_NS,
-                                          &t),
+    cr_assert_eq(chime_pool_schedule_wall(
+                     p, fin_run_fn, &f, chime_pool_wall_now(p) + T_FAR_NS, &t),
                  0);
     cr_assert_eq(chime_task_set_finalizer(t, fin_count), 0);
     cr_assert_eq(chime_task_cancel(t, 0), 0);
@@ -726,8 +722,7 @@ Test(teardown, arguments_freed_after_a_waiting_cancel_are_never_touched)
     printf("teardown: seed %" PRIu64 ": %" PRIu64 " connections, %" PRIu64
            " runs, %" PRIu64 " freed after a waiting cancel, %" PRIu64
            " by a finalizer, %" PRIu64 " violations\n",
-           seed, r.made, r.runs, r.freed_after_wait, r.finalized,
-           r.violations);
+           seed, r.made, r.runs, r.freed_after_wait, r.finalized, r.violations);
     cr_assert_eq(rc, 0, "seed %" PRIu64 ": %" PRIu64 " violations", seed,
                  r.violations);
     cr_assert_gt(r.made, 0);

@@ -59,7 +59,9 @@ Test(wall, runs_when_the_wall_clock_reaches_its_time)
     chime_pool *p = vwall_pool(&c);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 10 * CHIME_SEC, &h), 0);
+    cr_assert_eq(
+        chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 10 * CHIME_SEC, &h),
+        0);
     int64_t at = 0;
     cr_assert_eq(chime_task_wall_deadline(h, &at), 0);
     cr_assert_eq(at, W0 + 10 * CHIME_SEC);
@@ -79,7 +81,9 @@ Test(wall, a_step_forward_past_its_time_runs_it_at_once)
     chime_pool *p = vwall_pool(&c);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 3600 * CHIME_SEC, &h), 0);
+    cr_assert_eq(
+        chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 3600 * CHIME_SEC, &h),
+        0);
     cr_assert(t_stays(&n, 0));
     step(&c, p, 2 * 3600 * CHIME_SEC); /* the monotonic clock stays */
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
@@ -94,7 +98,9 @@ Test(wall, a_step_back_delays_it)
     chime_pool *p = vwall_pool(&c);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 10 * CHIME_SEC, &h), 0);
+    cr_assert_eq(
+        chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 10 * CHIME_SEC, &h),
+        0);
     step(&c, p, -3600 * CHIME_SEC);
     pass(&c, p, 10 * CHIME_SEC);
     cr_assert(t_stays(&n, 0), "ran by its old distance");
@@ -114,11 +120,14 @@ Test(wall, never_runs_early_even_before_a_step_is_reported)
     chime_pool *p = vwall_pool(&c);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 10 * CHIME_SEC, &h), 0);
+    cr_assert_eq(
+        chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 10 * CHIME_SEC, &h),
+        0);
     atomic_fetch_add(&c.wall.now, -3600 * CHIME_SEC); /* not reported */
     pass(&c, p, 10 * CHIME_SEC);
     cr_assert(t_stays(&n, 0), "ran an hour early by the wall clock");
-    cr_assert(T_WAIT_UNTIL(chime_task_get_state(h) == CHIME_TASK_PENDING, T_LONG_NS));
+    cr_assert(
+        T_WAIT_UNTIL(chime_task_get_state(h) == CHIME_TASK_PENDING, T_LONG_NS));
     pass(&c, p, 3600 * CHIME_SEC);
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
     cr_assert_eq(atomic_load(&n), 1);
@@ -133,7 +142,9 @@ Test(wall, monotonic_tasks_ignore_steps)
     atomic_int n = 0, wn = 0;
     chime_task *h = NULL, *w = NULL;
     cr_assert_eq(chime_pool_schedule(p, t_count_fn, &n, 10 * CHIME_SEC, &h), 0);
-    cr_assert_eq(chime_pool_schedule_wall(p, t_count_fn, &wn, W0 + 7200 * CHIME_SEC, &w), 0);
+    cr_assert_eq(
+        chime_pool_schedule_wall(p, t_count_fn, &wn, W0 + 7200 * CHIME_SEC, &w),
+        0);
     step(&c, p, 3600 * CHIME_SEC);
     step(&c, p, -7200 * CHIME_SEC);
     cr_assert(t_stays(&n, 0));
@@ -152,7 +163,9 @@ Test(wall, handle_operations_are_the_usual_ones)
     chime_pool *p = vwall_pool(&c);
     atomic_int n = 0;
     chime_task *h = NULL, *plain = NULL;
-    cr_assert_eq(chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 60 * CHIME_SEC, &h), 0);
+    cr_assert_eq(
+        chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 60 * CHIME_SEC, &h),
+        0);
     cr_assert_eq(chime_task_callback(h), t_count_fn);
     cr_assert_eq(chime_task_arg(h), &n);
     cr_assert_eq(chime_pool_schedule(p, t_noop_fn, NULL, T_FAR_NS, &plain), 0);
@@ -171,15 +184,19 @@ Test(wall, handle_operations_are_the_usual_ones)
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
     /* Cancel as any task. */
     chime_task *k = NULL;
-    cr_assert_eq(chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 3600 * CHIME_SEC, &k), 0);
+    cr_assert_eq(
+        chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 3600 * CHIME_SEC, &k),
+        0);
     cr_assert_eq(chime_task_cancel(k, 0), 0);
     cr_assert_eq(chime_task_wait(k, 0, NULL), -ECANCELED);
     step(&c, p, 7200 * CHIME_SEC);
     cr_assert(t_stays(&n, 1));
     /* Bad arguments. */
-    cr_assert_eq(chime_pool_schedule_wall(NULL, t_noop_fn, NULL, 0, NULL), -EINVAL);
+    cr_assert_eq(chime_pool_schedule_wall(NULL, t_noop_fn, NULL, 0, NULL),
+                 -EINVAL);
     cr_assert_eq(chime_pool_schedule_wall(p, NULL, NULL, 0, NULL), -EINVAL);
-    cr_assert_eq(chime_loop_schedule_wall(NULL, t_noop_fn, NULL, 0, NULL), -EINVAL);
+    cr_assert_eq(chime_loop_schedule_wall(NULL, t_noop_fn, NULL, 0, NULL),
+                 -EINVAL);
     cr_assert_eq(chime_pool_wall_stepped(NULL), -EINVAL);
     cr_assert_eq(chime_pool_wall_now(NULL), 0);
     chime_task_release(h);
@@ -196,7 +213,8 @@ Test(wall, completed_tasks_leave_the_registry)
     chime_pool *p = vwall_pool(&c);
     atomic_int n = 0;
     for (int i = 0; i < 1000; i++) {
-        cr_assert_eq(chime_pool_schedule_wall(p, t_count_fn, &n, W0 + i, NULL), 0);
+        cr_assert_eq(chime_pool_schedule_wall(p, t_count_fn, &n, W0 + i, NULL),
+                     0);
         if (i % 100 == 99) {
             pass(&c, p, 100);
             cr_assert(T_WAIT_UNTIL(atomic_load(&n) == i + 1, T_LONG_NS));
@@ -212,7 +230,9 @@ Test(wall, a_handle_held_past_destroy_still_reads_its_callback)
     chime_pool *p = vwall_pool(&c);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 3600 * CHIME_SEC, &h), 0);
+    cr_assert_eq(
+        chime_pool_schedule_wall(p, t_count_fn, &n, W0 + 3600 * CHIME_SEC, &h),
+        0);
     cr_assert_eq(chime_pool_destroy(p), 0);
     cr_assert_eq(chime_task_get_state(h), CHIME_TASK_CANCELLED);
     cr_assert_eq(chime_task_arg(h), &n);
@@ -238,7 +258,9 @@ Test(wall, loop_tasks_run_on_the_loop_thread_at_their_wall_time)
     chime_loop *l = loop_here(p, 0);
     pthread_t who;
     chime_task *h = NULL;
-    cr_assert_eq(chime_loop_schedule_wall(l, on_loop_thread, &who, W0 + 60 * CHIME_SEC, &h), 0);
+    cr_assert_eq(chime_loop_schedule_wall(l, on_loop_thread, &who,
+                                          W0 + 60 * CHIME_SEC, &h),
+                 0);
     step(&c, p, -60 * CHIME_SEC);
     pass(&c, p, 60 * CHIME_SEC);
     cr_assert(stays_quiet(l), "due by its old distance");
@@ -339,10 +361,12 @@ Test(wall, a_pool_may_keep_time_on_clock_boottime)
     t_latch done;
     t_latch_init(&done, 2);
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule(p, t_latch_fn, &done, 20 * CHIME_MSEC, &h), 0);
+    cr_assert_eq(chime_pool_schedule(p, t_latch_fn, &done, 20 * CHIME_MSEC, &h),
+                 0);
     chime_loop *l = loop_here(p, 0);
     chime_task *lh = NULL;
-    cr_assert_eq(chime_loop_schedule(l, t_latch_fn, &done, 20 * CHIME_MSEC, &lh), 0);
+    cr_assert_eq(
+        chime_loop_schedule(l, t_latch_fn, &done, 20 * CHIME_MSEC, &lh), 0);
     cr_assert(DISPATCH_UNTIL(l, chime_task_is_done(lh), T_LONG_NS));
     cr_assert_eq(chime_task_wait(h, T_LONG_NS, NULL), 0);
     cr_assert(t_latch_wait(&done, T_LONG_NS));
@@ -402,7 +426,8 @@ Test(wall, a_cron_task_runs_at_every_fire_time)
     chime_cron every10 = cron_of("*/10 * * * * *"); /* seconds 0, 10, ... */
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule_cron(p, t_count_fn, &n, &every10,
-                                          chime_tz_utc(), &h), 0);
+                                          chime_tz_utc(), &h),
+                 0);
     cr_assert_eq(next_of(h), W0 + 10 * CHIME_SEC);
     cr_assert_not(chime_task_is_periodic(h));
     for (int i = 1; i <= 3; i++) {
@@ -434,7 +459,8 @@ Test(wall, missed_fire_times_run_once)
     chime_cron every10 = cron_of("*/10 * * * * *");
     chime_task *h = NULL;
     cr_assert_eq(chime_pool_schedule_cron(p, t_count_fn, &n, &every10,
-                                          chime_tz_utc(), &h), 0);
+                                          chime_tz_utc(), &h),
+                 0);
     step(&c, p, 105 * CHIME_SEC); /* past W0 + 10 ... W0 + 100 */
     cr_assert(T_WAIT_UNTIL(atomic_load(&n) == 1 &&
                                queued_for(h, W0 + 110 * CHIME_SEC),
@@ -468,8 +494,8 @@ Test(wall, a_cron_task_keeps_its_zone_and_stops_on_failure)
     cr_assert_eq(chime_cron_next_n(&hourly, berlin, W0, want, 2), 2);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_pool_schedule_cron(p, fail_second, &n, &hourly, berlin,
-                                          &h), 0);
+    cr_assert_eq(
+        chime_pool_schedule_cron(p, fail_second, &n, &hourly, berlin, &h), 0);
     chime_tz_free(berlin); /* the task holds its own reference */
     cr_assert_eq(next_of(h), want[0]);
     pass(&c, p, want[0] - W0);
@@ -491,7 +517,8 @@ Test(wall, a_cron_task_on_a_loop_runs_on_the_loop_thread)
     chime_cron every10 = cron_of("*/10 * * * * *");
     chime_task *h = NULL;
     cr_assert_eq(chime_loop_schedule_cron(l, on_loop_thread, &who, &every10,
-                                          chime_tz_utc(), &h), 0);
+                                          chime_tz_utc(), &h),
+                 0);
     pass(&c, p, 10 * CHIME_SEC);
     cr_assert(DISPATCH_UNTIL(l, next_of(h) == W0 + 20 * CHIME_SEC, T_LONG_NS));
     cr_assert(pthread_equal(who, pthread_self()));
@@ -507,11 +534,20 @@ Test(wall, cron_scheduling_rejects_bad_arguments)
     chime_pool *p = vwall_pool(&c);
     chime_cron e = cron_of("0 3 * * *");
     chime_task *h = (chime_task *)1;
-    cr_assert_eq(chime_pool_schedule_cron(NULL, t_noop_fn, NULL, &e, chime_tz_utc(), &h), -EINVAL);
+    cr_assert_eq(
+        chime_pool_schedule_cron(NULL, t_noop_fn, NULL, &e, chime_tz_utc(), &h),
+        -EINVAL);
     cr_assert_null(h);
-    cr_assert_eq(chime_pool_schedule_cron(p, NULL, NULL, &e, chime_tz_utc(), NULL), -EINVAL);
-    cr_assert_eq(chime_pool_schedule_cron(p, t_noop_fn, NULL, NULL, chime_tz_utc(), NULL), -EINVAL);
-    cr_assert_eq(chime_pool_schedule_cron(p, t_noop_fn, NULL, &e, NULL, NULL), -EINVAL);
-    cr_assert_eq(chime_loop_schedule_cron(NULL, t_noop_fn, NULL, &e, chime_tz_utc(), NULL), -EINVAL);
+    cr_assert_eq(
+        chime_pool_schedule_cron(p, NULL, NULL, &e, chime_tz_utc(), NULL),
+        -EINVAL);
+    cr_assert_eq(chime_pool_schedule_cron(p, t_noop_fn, NULL, NULL,
+                                          chime_tz_utc(), NULL),
+                 -EINVAL);
+    cr_assert_eq(chime_pool_schedule_cron(p, t_noop_fn, NULL, &e, NULL, NULL),
+                 -EINVAL);
+    cr_assert_eq(chime_loop_schedule_cron(NULL, t_noop_fn, NULL, &e,
+                                          chime_tz_utc(), NULL),
+                 -EINVAL);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }

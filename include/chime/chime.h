@@ -147,8 +147,9 @@ typedef struct chime_task chime_task;
  *
  * The texts name chime's causes where a code has one: -EBUSY from
  * chime_pool_destroy() (a loop binding is still open), from the loop
- * calls and from chime_task_touch() (too late); -ESHUTDOWN from a closed binding or a shut-down pool; -EALREADY
- * from a second close or a task already completed.
+ * calls and from chime_task_touch() (too late); -ESHUTDOWN from a closed
+ * binding or a shut-down pool; -EALREADY from a second close or a task already
+ * completed.
  * @param err 0, a negative errno, CHIME_EFAILED, CHIME_EREJECTED, or
  * CHIME_CANCELLED_RUNNING (chime_task_cancel()'s positive result).
  * @return A static, never-NULL string; "unknown error" for a code no chime
@@ -299,8 +300,8 @@ typedef int (*chime_reject_fn)(chime_pool *pool, chime_task *task, int reason,
  */
 typedef int (*chime_thread_create_fn)(pthread_t *tid,
                                       const pthread_attr_t *attr,
-                                      void *(*start)(void *),
-                                      void *start_arg, void *ctx);
+                                      void *(*start)(void *), void *start_arg,
+                                      void *ctx);
 
 /**
  * @brief Thread lifecycle hooks (on_thread_start, on_thread_stop).
@@ -326,8 +327,8 @@ typedef void (*chime_thread_hook_fn)(chime_pool *pool, void *ctx);
  * The thread that runs the task (a worker, or a binding's loop thread for
  * loop tasks), no chime lock held.
  */
-typedef void (*chime_task_hook_fn)(chime_pool *pool, chime_task *task,
-                                   int err, void *ctx);
+typedef void (*chime_task_hook_fn)(chime_pool *pool, chime_task *task, int err,
+                                   void *ctx);
 
 /**
  * @brief The on_terminated hook.
@@ -453,7 +454,7 @@ typedef struct chime_pool_options {
      * task stopped by a failure, written to stderr (see
      * chime_pool_set_log_failed_periodic()). */
     chime_log_fn log;
-    void *log_ctx;    /**< passed to log */
+    void *log_ctx; /**< passed to log */
 
     /** The seed of chime_task_set_jitter()'s draws; 0 (the default): a
      * random one per pool. */
@@ -761,7 +762,8 @@ CHIME_EXPORT int chime_pool_settle(chime_pool *pool, int64_t timeout_ns);
  * outcome is published (a waiter that sees CHIME_EFAILED finds it
  * written):
  * @code
- * pool NAME: periodic [loop ]task 0xADDR "LABEL" stopped: its callback returned -110 (Connection timed out)
+ * pool NAME: periodic [loop ]task 0xADDR "LABEL" stopped: its callback returned
+ * -110 (Connection timed out)
  * @endcode
  * with "(no label)" for a task without chime_task_set_label(), and the
  * strerror() text only for a negative errno value. It goes to
@@ -1018,12 +1020,10 @@ CHIME_EXPORT int chime_task_set_jitter(chime_task *task, int64_t max_ns,
  * @par Runs on:
  * As chime_pool_schedule().
  */
-CHIME_EXPORT int chime_pool_schedule_with_fixed_delay(chime_pool *pool,
-                                                      chime_task_fn fn,
-                                                      void *arg,
-                                                      int64_t initial_delay_ns,
-                                                      int64_t delay_ns,
-                                                      chime_task **out);
+CHIME_EXPORT int
+chime_pool_schedule_with_fixed_delay(chime_pool *pool, chime_task_fn fn,
+                                     void *arg, int64_t initial_delay_ns,
+                                     int64_t delay_ns, chime_task **out);
 
 /**
  * @brief Runs fn(arg) as soon as possible, no handle.
@@ -1081,35 +1081,35 @@ CHIME_EXPORT int chime_pool_purge(chime_pool *pool);
 
 /** A snapshot of a pool's counters (chime_pool_get_stats()). */
 typedef struct chime_pool_stats {
-    size_t pending;            /**< queued, including retained cancelled */
-    size_t running;            /**< callbacks executing now (a worker
-                                  counts one from the start of a run until
-                                  it is settled; also while it puts back a
-                                  task re-armed before it started) */
-    uint64_t submitted;        /**< tasks accepted (Java taskCount basis) */
-    uint64_t completed;        /**< executions that returned (each periodic
-                                  run counts) */
-    uint64_t cancelled;        /**< tasks completed as cancelled */
-    uint64_t failed;           /**< tasks completed as failed */
-    uint64_t rejected;         /**< rejected submissions */
-    unsigned threads_alive;    /**< workers started and not yet exited */
-    unsigned largest_threads;  /**< high-water mark of threads_alive */
-    unsigned core_threads;     /**< the `threads` setting */
-    unsigned timed_waiters;    /**< workers in a timed wait now: the leader
-                                  waiting for the head's deadline (<= 1;
-                                  0 with a custom clock) */
-    unsigned idle_waiters;     /**< workers in an untimed wait now */
-    unsigned max_timed_waiters;/**< high-water mark of timed_waiters */
-    uint64_t timed_waits;      /**< timed waits started so far */
-    int64_t max_lateness_ns;   /**< worst start - deadline seen by the
-                                  workers. Workers take due tasks in
-                                  batches (up to 256): with the system
-                                  clock a task's start is taken as the
-                                  time its batch was taken (one clock
-                                  read per batch), which may be earlier
-                                  than its run; with a custom clock, the
-                                  clock at its start, so real
-                                  lateness can be higher. */
+    size_t pending;             /**< queued, including retained cancelled */
+    size_t running;             /**< callbacks executing now (a worker
+                                   counts one from the start of a run until
+                                   it is settled; also while it puts back a
+                                   task re-armed before it started) */
+    uint64_t submitted;         /**< tasks accepted (Java taskCount basis) */
+    uint64_t completed;         /**< executions that returned (each periodic
+                                   run counts) */
+    uint64_t cancelled;         /**< tasks completed as cancelled */
+    uint64_t failed;            /**< tasks completed as failed */
+    uint64_t rejected;          /**< rejected submissions */
+    unsigned threads_alive;     /**< workers started and not yet exited */
+    unsigned largest_threads;   /**< high-water mark of threads_alive */
+    unsigned core_threads;      /**< the `threads` setting */
+    unsigned timed_waiters;     /**< workers in a timed wait now: the leader
+                                   waiting for the head's deadline (<= 1;
+                                   0 with a custom clock) */
+    unsigned idle_waiters;      /**< workers in an untimed wait now */
+    unsigned max_timed_waiters; /**< high-water mark of timed_waiters */
+    uint64_t timed_waits;       /**< timed waits started so far */
+    int64_t max_lateness_ns;    /**< worst start - deadline seen by the
+                                   workers. Workers take due tasks in
+                                   batches (up to 256): with the system
+                                   clock a task's start is taken as the
+                                   time its batch was taken (one clock
+                                   read per batch), which may be earlier
+                                   than its run; with a custom clock, the
+                                   clock at its start, so real
+                                   lateness can be higher. */
     /** Lateness histogram of the runs (start - deadline, taken as
      * max_lateness_ns is): lateness[0] counts runs 0 ns late (or early,
      * never by chime), lateness[k] for 1 <= k < CHIME_LATENESS_BUCKETS - 1
@@ -1721,7 +1721,8 @@ CHIME_EXPORT void chime_loop_options_init(chime_loop_options *opts);
  * @par Thread-safety:
  * Any thread.
  */
-CHIME_EXPORT int chime_loop_new(chime_pool *pool, const chime_loop_options *opts,
+CHIME_EXPORT int chime_loop_new(chime_pool *pool,
+                                const chime_loop_options *opts,
                                 chime_loop **out);
 
 /**
@@ -1887,12 +1888,10 @@ CHIME_EXPORT int chime_loop_schedule_at_fixed_rate(chime_loop *loop,
  * @par Runs on:
  * As chime_loop_schedule().
  */
-CHIME_EXPORT int chime_loop_schedule_with_fixed_delay(chime_loop *loop,
-                                                      chime_task_fn fn,
-                                                      void *arg,
-                                                      int64_t initial_delay_ns,
-                                                      int64_t delay_ns,
-                                                      chime_task **out);
+CHIME_EXPORT int
+chime_loop_schedule_with_fixed_delay(chime_loop *loop, chime_task_fn fn,
+                                     void *arg, int64_t initial_delay_ns,
+                                     int64_t delay_ns, chime_task **out);
 
 /** A snapshot of a binding's counters (chime_loop_get_stats()). */
 typedef struct chime_loop_stats {
@@ -2023,8 +2022,7 @@ typedef int (*chime_dump_fn)(const chime_task_info *info, void *ctx);
  * @par Thread-safety:
  * Any thread, including a task's callback.
  */
-CHIME_EXPORT int chime_pool_dump(chime_pool *pool, chime_dump_fn fn,
-                                 void *ctx);
+CHIME_EXPORT int chime_pool_dump(chime_pool *pool, chime_dump_fn fn, void *ctx);
 /**
  * @brief chime_pool_dump() printed to f, one line per task: deadline
  * relative to now, period, kind, due, group, label, id, callback.
@@ -2046,8 +2044,7 @@ CHIME_EXPORT int chime_pool_dump_file(chime_pool *pool, FILE *f);
  * @par Thread-safety:
  * Any thread, including the loop's own callbacks.
  */
-CHIME_EXPORT int chime_loop_dump(chime_loop *loop, chime_dump_fn fn,
-                                 void *ctx);
+CHIME_EXPORT int chime_loop_dump(chime_loop *loop, chime_dump_fn fn, void *ctx);
 /** @brief As chime_pool_dump_file(), for a binding.
  * @par Thread-safety:
  * As chime_loop_dump(). */

@@ -55,13 +55,13 @@
 
 /* Loop thread only (or any thread while the loop does not run). */
 struct chime_uv {
-    uv_poll_t poll;   /* data = &chime_uv_tag; UV_READABLE on chime_loop_fd */
+    uv_poll_t poll; /* data = &chime_uv_tag; UV_READABLE on chime_loop_fd */
     uv_prepare_t reaper; /* detach of a handle the application closed */
-    chime_loop *loop; /* owned; closed by detach */
-    int stopped;      /* 0 while watching; else why we stopped */
-    bool in_dispatch; /* on_ready's dispatch is running */
-    bool paused;      /* stopped by a recursive run: start again after it */
-    bool detached;    /* detach is done: whoever frees us is decided */
+    chime_loop *loop;    /* owned; closed by detach */
+    int stopped;         /* 0 while watching; else why we stopped */
+    bool in_dispatch;    /* on_ready's dispatch is running */
+    bool paused;         /* stopped by a recursive run: start again after it */
+    bool detached;       /* detach is done: whoever frees us is decided */
 };
 
 /* What our poll handle's data points to (chime_uv_from_handle). */
@@ -222,8 +222,8 @@ chime_uv *
 chime_uv_from_handle(struct uv_handle_s *handle)
 {
     /* Not once closing: a detached adapter is detached once only. */
-    if (!handle || handle->type != UV_POLL ||
-        handle->data != &chime_uv_tag || uv_is_closing(handle))
+    if (!handle || handle->type != UV_POLL || handle->data != &chime_uv_tag ||
+        uv_is_closing(handle))
         return NULL;
     return of_poll((uv_poll_t *)handle);
 }

@@ -656,8 +656,7 @@ Test(event, a_base_run_on_the_wrong_thread_stops_watching_instead_of_spinning)
     cr_assert_eq(chime_event_attach(p, base, &o, &ev), 0);
     atomic_int n = 0;
     chime_task *h = NULL;
-    cr_assert_eq(chime_loop_post(chime_event_loop(ev), t_count_fn, &n, &h),
-                 0);
+    cr_assert_eq(chime_loop_post(chime_event_loop(ev), t_count_fn, &n, &h), 0);
     cr_assert_eq(chime_event_status(ev), 0);
     /* This thread runs the base: the dispatch answers -EPERM, the event is
      * deleted, and with nothing else on the base the loop returns (it
@@ -701,9 +700,8 @@ Test(event, a_callback_that_closes_its_binding_stops_the_event)
     cr_assert_eq(chime_loop_schedule(chime_event_loop(ev), t_count_fn, &n,
                                      T_FAR_NS, &later),
                  0);
-    cr_assert_eq(chime_loop_post(chime_event_loop(ev), close_binding_fn, ev,
-                                 NULL),
-                 0);
+    cr_assert_eq(
+        chime_loop_post(chime_event_loop(ev), close_binding_fn, ev, NULL), 0);
     /* The callback closes the binding (its fd with it): the adapter sees
      * that after the dispatch and deletes its event, so the loop returns
      * instead of watching a closed fd number. */

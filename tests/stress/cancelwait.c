@@ -53,8 +53,8 @@ static struct {
         fin_made, self_edeadlk, violations;
 } G;
 
-static void
-violation(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void violation(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
 
 static void
 violation(const char *fmt, ...)
@@ -100,8 +100,7 @@ cw_fn(chime_task *self, void *arg, void **result)
     if (rnd(&s) % 32 == 0) {
         int rc = chime_task_cancel(self, CHIME_CANCEL_WAIT);
         if (rc != -EDEADLK)
-            violation("a waiting cancel from its own callback returned %d",
-                      rc);
+            violation("a waiting cancel from its own callback returned %d", rc);
         atomic_fetch_add(&G.self_edeadlk, 1);
     }
     pt->buf[0] ^= 1;
@@ -149,8 +148,7 @@ make_task(part *c, uint64_t *s)
         rc = chime_loop_schedule(G.loop, cw_fn, c, d, &t);
         break;
     case 3:
-        rc = chime_loop_schedule_with_fixed_delay(G.loop, cw_fn, c, d, per,
-                                                  &t);
+        rc = chime_loop_schedule_with_fixed_delay(G.loop, cw_fn, c, d, per, &t);
         break;
     default:
         rc = chime_loop_post(G.loop, cw_fn, c, &t);
@@ -200,7 +198,8 @@ one_conn(uint64_t *s)
         chime_task_release(t);
         return;
     }
-    unsigned flags = CHIME_CANCEL_WAIT | (rnd(s) % 2 ? CHIME_CANCEL_INTERRUPT : 0);
+    unsigned flags =
+        CHIME_CANCEL_WAIT | (rnd(s) % 2 ? CHIME_CANCEL_INTERRUPT : 0);
     if (mode == 1) {
         /* A group: the connection's timers, closed as a whole. */
         chime_group *g = NULL;

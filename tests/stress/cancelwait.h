@@ -23,14 +23,14 @@
 #include <stdint.h>
 
 typedef struct cw_report {
-    uint64_t made;        /* connections made */
-    uint64_t tasks;       /* tasks made */
-    uint64_t runs;        /* callback runs */
-    uint64_t waits;       /* waiting cancels and closes made */
-    uint64_t waited_runs; /* ... that found a run in progress */
+    uint64_t made;             /* connections made */
+    uint64_t tasks;            /* tasks made */
+    uint64_t runs;             /* callback runs */
+    uint64_t waits;            /* waiting cancels and closes made */
+    uint64_t waited_runs;      /* ... that found a run in progress */
     uint64_t freed_after_wait; /* arguments freed right after one */
-    uint64_t finalized;   /* arguments freed by a finalizer */
-    uint64_t self_edeadlk; /* waiting self-cancels refused */
+    uint64_t finalized;        /* arguments freed by a finalizer */
+    uint64_t self_edeadlk;     /* waiting self-cancels refused */
     uint64_t violations;
 } cw_report;
 

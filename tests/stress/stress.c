@@ -533,16 +533,17 @@ main(int argc, char **argv)
            rounds, tot.tasks, tot.runs, (double)(chime_now_ns() - start) / 1e9);
     printf("stress: exercised: cancels %llu pending / %llu running / %llu "
            "on the loop thread / %llu self, %llu removed, %llu handed back "
-           "by %llu shutdown_now, %llu re-arms, %llu touches, %llu caller runs, %llu "
+           "by %llu shutdown_now, %llu re-arms, %llu touches, %llu caller "
+           "runs, %llu "
            "reject handler calls, %llu evicted, %llu waits completed, %llu "
            "outcomes unknowable (loose rounds)\n",
            atomic_load(&COV.cancel_pending), atomic_load(&COV.cancel_running),
            atomic_load(&COV.cancel_loop), atomic_load(&COV.cancel_self),
            atomic_load(&COV.removed), atomic_load(&COV.handed_back),
            atomic_load(&COV.shutdowns_now), atomic_load(&COV.rearmed),
-           atomic_load(&COV.touched), atomic_load(&COV.caller_runs), atomic_load(&COV.handler_calls),
-           atomic_load(&COV.evicted), atomic_load(&COV.waits_done),
-           atomic_load(&COV.lost_outcomes));
+           atomic_load(&COV.touched), atomic_load(&COV.caller_runs),
+           atomic_load(&COV.handler_calls), atomic_load(&COV.evicted),
+           atomic_load(&COV.waits_done), atomic_load(&COV.lost_outcomes));
     if (violations()) {
         printf("stress: %" PRIu64 " ops, seed %" PRIu64 ", FAILED (%u "
                "violations)\n",

@@ -256,7 +256,7 @@ extern _Thread_local rec *tls_submitting;
 extern _Thread_local rec *tls_hook_rec;
 extern _Thread_local rec *tls_hook_saved[16];
 extern _Thread_local int tls_hook_depth;
-extern _Thread_local int tls_depth;     /* nested submissions */
+extern _Thread_local int tls_depth; /* nested submissions */
 
 static inline unsigned
 idx(const rec *r)

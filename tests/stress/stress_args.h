@@ -29,20 +29,18 @@ stress_args(int argc, char **argv, const char *name, long *seconds,
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 < argc && strcmp(argv[i], "--seconds") == 0) {
             *seconds = atol(argv[i + 1]);
-        } else if (i + 1 < argc &&
-                   strcmp(argv[i], "--default-seconds") == 0) {
+        } else if (i + 1 < argc && strcmp(argv[i], "--default-seconds") == 0) {
             if (!getenv("CHIME_STRESS_SECONDS"))
                 *seconds = atol(argv[i + 1]);
         } else if (i + 1 < argc && strcmp(argv[i], "--seed") == 0) {
             *seed = strtoull(argv[i + 1], NULL, 10);
         } else {
-            fprintf(stderr, "usage: chime_%s [--seconds N] [--seed S]\n",
-                    name);
+            fprintf(stderr, "usage: chime_%s [--seconds N] [--seed S]\n", name);
             return 2;
         }
     }
-    printf("%s: seed %" PRIu64 " (CHIME_SEED to replay), %ld s\n", name,
-           *seed, *seconds);
+    printf("%s: seed %" PRIu64 " (CHIME_SEED to replay), %ld s\n", name, *seed,
+           *seconds);
     fflush(stdout);
     return 0;
 }

@@ -25,6 +25,7 @@ main(int argc, char **argv)
            " freed by a finalizer, %" PRIu64
            " waiting self-cancels refused; %" PRIu64 " violations: %s\n",
            r.made, r.tasks, r.runs, r.waits, r.waited_runs, r.freed_after_wait,
-           r.finalized, r.self_edeadlk, r.violations, rc == 0 ? "OK" : "FAILED");
+           r.finalized, r.self_edeadlk, r.violations,
+           rc == 0 ? "OK" : "FAILED");
     return rc == 0 ? 0 : 1;
 }

@@ -605,8 +605,8 @@ actor_main(void *arg)
             if (rc == -ETIMEDOUT)
                 atomic_fetch_add(&c_waits_timedout, 1);
             if (closed && rc != 0)
-                violation("group %d: wait after its close returned %d",
-                          gid(g), rc);
+                violation("group %d: wait after its close returned %d", gid(g),
+                          rc);
             else if (rc != 0 && rc != -ETIMEDOUT)
                 violation("group %d: wait returned %d", gid(g), rc);
         } else if (op < 720) {

@@ -150,8 +150,7 @@ hook_after(chime_pool *p, chime_task *t, int err, void *ctx)
     if (tls_hook_rec != r)
         violation("task %u: after_run without its before_run on this thread",
                   idx(r));
-    tls_hook_rec = tls_hook_depth > 0 ? tls_hook_saved[--tls_hook_depth]
-                                      : NULL;
+    tls_hook_rec = tls_hook_depth > 0 ? tls_hook_saved[--tls_hook_depth] : NULL;
     if (err != atomic_load(&r->last_rc))
         violation("task %u: after_run got %d, the callback returned %d", idx(r),
                   err, atomic_load(&r->last_rc));

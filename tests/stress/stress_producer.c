@@ -149,8 +149,8 @@ op_touch(producer *pr)
     if (t == NULL)
         return;
     int rc = chime_task_touch(t);
-    int want = r->target == T_WORKER      ? -ENOTSUP
-               : r->kind != K_ONESHOT     ? -EINVAL
+    int want = r->target == T_WORKER             ? -ENOTSUP
+               : r->kind != K_ONESHOT            ? -EINVAL
                : rc == -EALREADY || rc == -EBUSY ? rc
                                                  : 0;
     if (rc != want)

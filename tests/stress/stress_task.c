@@ -212,8 +212,8 @@ task_fn(chime_task *self, void *arg, void **result)
          * a caller may run it only if it is that thread (issue 8). */
         if (r->target != T_WORKER &&
             (tls_role != R_LOOP || tls_id != r->loop_id))
-            violation("task %u (loop %d): caller-run on role %d id %d",
-                      idx(r), r->loop_id, tls_role, tls_id);
+            violation("task %u (loop %d): caller-run on role %d id %d", idx(r),
+                      r->loop_id, tls_role, tls_id);
         if (tls_hook_rec != r)
             violation("task %u: before_run did not precede its caller run",
                       idx(r));
@@ -298,8 +298,7 @@ task_fn(chime_task *self, void *arg, void **result)
                     r->not_before = t0 + d;
                     r->timeout = d;
                 }
-            }
-            else if (rc != -EALREADY)
+            } else if (rc != -EALREADY)
                 violation("task %u: self re-arm returned %d", idx(r), rc);
             ops++;
         }
