@@ -45,6 +45,94 @@ chime_pool_options_init(chime_pool_options *o)
     o->remove_on_cancel = true;
 }
 
+/* The settings of a new pool from its options (validated). */
+static void
+copy_options(struct chime_pool *p, const chime_pool_options *opts)
+{
+    p->run_state = CHIME_POOL_RUNNING;
+    p->core = opts->threads;
+    p->max_pending = opts->max_pending;
+    p->stack_size = opts->stack_size;
+    snprintf(p->name, sizeof(p->name), "%s", opts->name ? opts->name : "chime");
+    p->create_thread = opts->create_thread;
+    p->on_thread_start = opts->on_thread_start;
+    p->on_thread_stop = opts->on_thread_stop;
+    p->before_run = opts->before_run;
+    p->after_run = opts->after_run;
+    p->on_error = opts->on_error;
+    p->on_terminated = opts->on_terminated;
+    p->hook_ctx = opts->hook_ctx;
+    p->reject_policy = opts->reject_policy;
+    p->on_reject = opts->on_reject;
+    p->reject_ctx = opts->reject_ctx;
+    p->execute_delayed = opts->execute_delayed_after_shutdown;
+    p->continue_periodic = opts->continue_periodic_after_shutdown;
+    p->remove_on_cancel = opts->remove_on_cancel;
+    p->clock = opts->clock;
+    p->clock_ctx = opts->clock_ctx;
+    p->clock_id =
+        opts->clock_id == CLOCK_BOOTTIME ? CLOCK_BOOTTIME : CLOCK_MONOTONIC;
+    p->log = opts->log;
+    p->log_ctx = opts->log_ctx;
+    p->log_failed_periodic = true;
+    p->jitter_seed = opts->jitter_seed;
+    if (p->jitter_seed == 0) {
+        /* Different pools (and processes) spread differently. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        p->jitter_seed = (uint64_t)ts.tv_nsec * UINT64_C(0x9e3779b97f4a7c15) ^
+                         (uint64_t)ts.tv_sec ^ (uint64_t)getpid() << 32 ^
+                         (uint64_t)(uintptr_t)p;
+        p->jitter_seed |= 1;
+    }
+    p->wall_clock = opts->wall_clock;
+    p->wall_clock_ctx = opts->wall_clock_ctx;
+}
+
+/* The fields read or written without the pool's lock: their initial
+ * values, and their happens-before annotations for helgrind. */
+static void
+init_atomics(struct chime_pool *p)
+{
+    CHIME_HB_ATOMIC(&p->refs);
+    CHIME_HB_ATOMIC(&p->accepting);
+    CHIME_HB_ATOMIC(&p->loop_tasks);
+    /* Read by the loop side without the pool's lock (timers.c). */
+    CHIME_HB_ATOMIC(&p->run_state);
+    CHIME_HB_ATOMIC(&p->execute_delayed);
+    CHIME_HB_ATOMIC(&p->continue_periodic);
+    CHIME_HB_ATOMIC(&p->remove_on_cancel);
+    CHIME_HB_ATOMIC(&p->log_failed_periodic);
+    /* The due rings and what workers read and write without the lock
+     * (worker.c). */
+    CHIME_HB_ATOMIC(&p->due); /* the rings, heads and tails included */
+    CHIME_HB_ATOMIC(&p->due_live);
+    CHIME_HB_ATOMIC(&p->due_now);
+    CHIME_HB_ATOMIC(&p->due_stale);
+    CHIME_HB_ATOMIC(&p->waiters);
+    /* The submission inbox (inbox.c): closed until the workers exist. */
+    CHIME_HB_ATOMIC(&p->ilock);
+    CHIME_HB_ATOMIC(&p->iopen);
+    CHIME_HB_ATOMIC(&p->in);
+    CHIME_HB_ATOMIC(&p->cin);
+    CHIME_HB_ATOMIC(&p->wall);
+    atomic_init(&p->slack, 0);
+    atomic_init(&p->coarse_slack, 0);
+    CHIME_HB_ATOMIC(&p->slack);
+    CHIME_HB_ATOMIC(&p->coarse_slack);
+    atomic_init(&p->ilock, 0);
+    atomic_init(&p->iopen, false);
+    atomic_init(&p->in, 0);
+    CHIME_HB_ATOMIC(&p->iroom);
+    atomic_init(&p->iroom, 0);
+    CHIME_HB_ATOMIC(&p->istarved);
+    atomic_init(&p->istarved, false);
+    p->imax = CHIME_INBOX_ROOM_MIN;
+    p->iwake = INT64_MAX;
+    atomic_init(&p->refs, 1);
+    atomic_init(&p->accepting, true);
+}
+
 int
 chime_pool_new(const chime_pool_options *opts, chime_pool **out)
 {
@@ -87,85 +175,12 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
     }
     chime__heap_init(&p->heap);
     chime__heap_near_enable(&p->heap, &p->slab);
-    p->run_state = CHIME_POOL_RUNNING;
-    p->core = opts->threads;
-    p->max_pending = opts->max_pending;
-    p->stack_size = opts->stack_size;
-    snprintf(p->name, sizeof(p->name), "%s", opts->name ? opts->name : "chime");
-    p->create_thread = opts->create_thread;
-    p->on_thread_start = opts->on_thread_start;
-    p->on_thread_stop = opts->on_thread_stop;
-    p->before_run = opts->before_run;
-    p->after_run = opts->after_run;
-    p->on_error = opts->on_error;
-    p->on_terminated = opts->on_terminated;
-    p->hook_ctx = opts->hook_ctx;
-    p->reject_policy = opts->reject_policy;
-    p->on_reject = opts->on_reject;
-    p->reject_ctx = opts->reject_ctx;
-    p->execute_delayed = opts->execute_delayed_after_shutdown;
-    p->continue_periodic = opts->continue_periodic_after_shutdown;
-    p->remove_on_cancel = opts->remove_on_cancel;
-    p->clock = opts->clock;
-    p->clock_ctx = opts->clock_ctx;
-    p->clock_id =
-        opts->clock_id == CLOCK_BOOTTIME ? CLOCK_BOOTTIME : CLOCK_MONOTONIC;
-    p->log = opts->log;
-    p->log_ctx = opts->log_ctx;
-    p->log_failed_periodic = true;
-    p->jitter_seed = opts->jitter_seed;
-    if (p->jitter_seed == 0) {
-        /* Different pools (and processes) spread differently. */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        p->jitter_seed = (uint64_t)ts.tv_nsec * UINT64_C(0x9e3779b97f4a7c15) ^
-                         (uint64_t)ts.tv_sec ^ (uint64_t)getpid() << 32 ^
-                         (uint64_t)(uintptr_t)p;
-        p->jitter_seed |= 1;
-    }
-    p->wall_clock = opts->wall_clock;
-    p->wall_clock_ctx = opts->wall_clock_ctx;
+    copy_options(p, opts);
     chime__slab_init(&p->slab, p);
     chime__list_init(&p->workers);
     chime__list_init(&p->loops);
     chime__list_init(&p->closed_loops);
-    CHIME_HB_ATOMIC(&p->refs);
-    CHIME_HB_ATOMIC(&p->accepting);
-    CHIME_HB_ATOMIC(&p->loop_tasks);
-    /* Read by the loop side without the pool's lock (timers.c). */
-    CHIME_HB_ATOMIC(&p->run_state);
-    CHIME_HB_ATOMIC(&p->execute_delayed);
-    CHIME_HB_ATOMIC(&p->continue_periodic);
-    CHIME_HB_ATOMIC(&p->remove_on_cancel);
-    CHIME_HB_ATOMIC(&p->log_failed_periodic);
-    /* The due rings and what workers read and write without the lock
-     * (worker.c). */
-    CHIME_HB_ATOMIC(&p->due); /* the rings, heads and tails included */
-    CHIME_HB_ATOMIC(&p->due_live);
-    CHIME_HB_ATOMIC(&p->due_now);
-    CHIME_HB_ATOMIC(&p->due_stale);
-    CHIME_HB_ATOMIC(&p->waiters);
-    /* The submission inbox (inbox.c): closed until the workers exist. */
-    CHIME_HB_ATOMIC(&p->ilock);
-    CHIME_HB_ATOMIC(&p->iopen);
-    CHIME_HB_ATOMIC(&p->in);
-    CHIME_HB_ATOMIC(&p->cin);
-    CHIME_HB_ATOMIC(&p->wall);
-    atomic_init(&p->slack, 0);
-    atomic_init(&p->coarse_slack, 0);
-    CHIME_HB_ATOMIC(&p->slack);
-    CHIME_HB_ATOMIC(&p->coarse_slack);
-    atomic_init(&p->ilock, 0);
-    atomic_init(&p->iopen, false);
-    atomic_init(&p->in, 0);
-    CHIME_HB_ATOMIC(&p->iroom);
-    atomic_init(&p->iroom, 0);
-    CHIME_HB_ATOMIC(&p->istarved);
-    atomic_init(&p->istarved, false);
-    p->imax = CHIME_INBOX_ROOM_MIN;
-    p->iwake = INT64_MAX;
-    atomic_init(&p->refs, 1);
-    atomic_init(&p->accepting, true);
+    init_atomics(p);
     p->fork_gen = atomic_load(&chime__fork_gen);
     *out = p;
     return 0;

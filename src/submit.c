@@ -265,6 +265,56 @@ loop_submit_fast(struct chime_pool *p, struct chime_loop *l, chime_task_fn fn,
     return rc;
 }
 
+/* An accepted loop task (the slow path: a capacity, or a race with
+ * shutdown lost by the shutdown) into its binding's timers. pool->mu held;
+ * returns with it released. */
+static int
+loop_accept_unlock(struct chime_pool *p, struct chime_loop *loop,
+                   struct chime_task *t, int64_t delay, int64_t now,
+                   chime_task **out)
+{
+    CHIME_LOCK_LOOP(&loop->mu);
+    int rc = chime__timers_submit_locked(
+        loop, t, chime__deadline_after(now, delay), now);
+    pthread_mutex_unlock(&loop->mu);
+    pthread_mutex_unlock(&p->mu);
+    if (rc != 0) {
+        if (out)
+            chime_task_release(t);
+        chime__task_drop_pool_ref(t);
+        return rc;
+    }
+    if (out)
+        *out = t;
+    return 0;
+}
+
+/* Starts the worker a new pool task needs. If none can start and the pool
+ * has none at all, the task could never run: it is taken back and the
+ * error returned (Java accepts it silently; B50). Else 0. No lock held. */
+static int
+spawn_or_take_back(struct chime_pool *p, struct chime_task *t, chime_task **out)
+{
+    int rc = chime__spawn(p);
+    if (rc == 0)
+        return 0;
+    chime__pool_lock(p);
+    /* Exiting workers (in their stop hook) take nothing more. */
+    bool take_back = p->nthreads == 0 && (t->flags & CHIME_TF_INHEAP) &&
+                     chime__task_state(t) == CHIME_TASK_PENDING;
+    if (take_back) {
+        chime__heap_remove(&p->heap, t);
+        p->st.submitted--;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (!take_back)
+        return 0;
+    if (out)
+        chime_task_release(t);
+    chime__task_drop_pool_ref(t);
+    return rc;
+}
+
 int
 chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
               void *arg, int kind, int64_t delay, int64_t period,
@@ -324,24 +374,8 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
         now = chime__pool_now(p);
     }
 
-    if (loop != NULL) {
-        /* Accepted (the slow path: a capacity, or a race with shutdown
-         * lost by the shutdown): into its binding's timers. */
-        CHIME_LOCK_LOOP(&loop->mu);
-        int rc = chime__timers_submit_locked(
-            loop, t, chime__deadline_after(now, delay), now);
-        pthread_mutex_unlock(&loop->mu);
-        pthread_mutex_unlock(&p->mu);
-        if (rc != 0) {
-            if (out)
-                chime_task_release(t);
-            chime__task_drop_pool_ref(t);
-            return rc;
-        }
-        if (out)
-            *out = t;
-        return 0;
-    }
+    if (loop != NULL)
+        return loop_accept_unlock(p, loop, t, delay, now, out);
     t->seq = chime__pool_seq(p);
     p->heap.near_hint = now;
     /* A one-shot's deadline counts from the same time as through the
@@ -366,26 +400,9 @@ chime__submit(struct chime_pool *p, struct chime_loop *loop, chime_task_fn fn,
     pthread_mutex_unlock(&p->mu);
 
     if (need) {
-        int rc = chime__spawn(p);
-        if (rc != 0) {
-            /* No worker at all means the task could never run: take it
-             * back and report (Java accepts it silently; B50). */
-            chime__pool_lock(p);
-            /* Exiting workers (in their stop hook) take nothing more. */
-            bool take_back = p->nthreads == 0 && (t->flags & CHIME_TF_INHEAP) &&
-                             chime__task_state(t) == CHIME_TASK_PENDING;
-            if (take_back) {
-                chime__heap_remove(&p->heap, t);
-                p->st.submitted--;
-            }
-            pthread_mutex_unlock(&p->mu);
-            if (take_back) {
-                if (out)
-                    chime_task_release(t);
-                chime__task_drop_pool_ref(t);
-                return rc;
-            }
-        }
+        int rc = spawn_or_take_back(p, t, out);
+        if (rc != 0)
+            return rc;
     }
     if (out)
         *out = t;
