@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * chime: claiming batched loop tasks (src/loop.c chime_loop_dispatch,
+ * chime: claiming batched loop tasks (src/dispatch.c chime_loop_dispatch,
  * stolen(), chime__loop_unbatch_locked, claim_batch_locked; src/handle.c
  * chime_task_cancel / chime_task_rearm on BATCHED and REARMING tasks;
  * chime_pool_shutdown_now), as a Promela model for SPIN. Since 5c3c0d9;
