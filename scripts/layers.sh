@@ -16,8 +16,8 @@ set -euo pipefail
 
 order=(lib clock task annot node tz cron arena slab heap_near heap_far heap
     timer_heap dq ready pool deadline context complete timers post inbox due
-    worker handle submit cancel shutdown pool_ops settle dispatch loop wall group
-    metrics dump)
+    worker spawn handle submit cancel touch shutdown pool_ops settle dispatch
+    loop wall group metrics dump)
 
 dir=${1:?usage: scripts/layers.sh <objects directory>}
 declare -A rank def
