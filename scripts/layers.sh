@@ -15,9 +15,9 @@
 set -euo pipefail
 
 order=(lib clock task annot node tz cron arena slab heap_near heap_far heap
-    timer_heap dq ready pool deadline context complete timers post inbox due
-    worker spawn handle submit cancel touch shutdown pool_ops settle dispatch
-    loop wall group metrics dump)
+    timer_heap dq binding ready pool deadline context lifetime complete
+    loop_timers post inbox due worker spawn handle submit cancel touch
+    shutdown pool_ops settle dispatch loop wall group metrics dump)
 
 dir=${1:?usage: scripts/layers.sh <objects directory>}
 declare -A rank def

@@ -4,7 +4,7 @@
  * Design notes
  * - A pool task is in the pool's heap (PENDING), running (RUNNING) or
  *   completed; cancel and re-arm hold pool->mu. A loop task belongs to
- *   its binding (timers.c) and they hold the binding's mu only, so a
+ *   its binding (loop_timers.c) and they hold the binding's mu only, so a
  *   READY task is taken from the ring and a BATCHED one from its slot
  *   before the dispatch gets to it; only if the dispatch claimed the slot
  *   first do they meet with a CAS on the state (ready.c, loop.c).
@@ -57,8 +57,9 @@
 #include "deadline.h"
 #include "handle.h"
 #include "inbox.h"
+#include "lifetime.h"
+#include "loop_timers.h"
 #include "pool.h"
-#include "timers.h"
 
 #include <errno.h>
 

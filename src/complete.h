@@ -1,18 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* complete.c: task initialisation, completion, the pool's references on
- * tasks and the tasks' on the pool's memory, freeing, termination. Not API. */
+/* complete.c: completion, the pool's references on tasks, termination.
+ * Not API. */
 #ifndef CHIME_COMPLETE_H
 #define CHIME_COMPLETE_H
 
 #include "pool.h"
 
 /* ---- complete.c: completion, references, termination ------------------- */
-/* Initialises a fresh task (state PENDING, the pool bit set); with_handle:
- * 0 none, 1 a handle and a pool reference taken here, 2 a handle whose
- * pool reference the caller provides. */
-void chime__task_init(struct chime_task *t, struct chime_pool *pool,
-                      chime_task_fn fn, void *arg, int kind, int64_t period,
-                      int with_handle);
 
 /* Completes t with a final state (lock held) and does its bookkeeping.
  * Returns false (nothing done) when cancelling a task that completed
@@ -40,30 +34,6 @@ void chime__cancel_ran_locked(struct chime_pool *p, struct chime_task *t);
  * heap filter or a ready-queue take removed. */
 void chime__cancel_list_locked(struct chime_pool *p, struct chime_task *list,
                                struct chime_task **garbage);
-/* A loop task's node that nobody holds any more, back to its open
- * binding (l->mu held): into the node cache, its pool reference (if any)
- * kept as the binding's credit. */
-void chime__loop_node_put_locked(struct chime_loop *l, struct chime_task *t);
-/* Frees the tasks on list (through task->next). No lock held. */
-void chime__free_garbage(struct chime_task *list);
-/* chime__free_garbage one task at a time, while each is in this cache
- * (the drain of the inbox's cancels): add, then flush once. */
-struct chime_free_batch {
-    struct chime_pool *p;
-    struct chime_task *first, *last;
-    unsigned unrefs;
-    unsigned n; /* nodes in the chain */
-    /* The last CHIME_NODE_AHEAD nodes added, by n modulo: each one's skip
-     * is set to the node added CHIME_NODE_AHEAD after it. */
-    struct chime_task *recent[CHIME_NODE_AHEAD];
-};
-void chime__free_batch_add(struct chime_free_batch *b, struct chime_task *t);
-void chime__free_batch_flush(struct chime_free_batch *b);
-/* Drops the pool's reference; frees the task if nothing else holds it. Must
- * be called without any chime lock held. */
-void chime__task_drop_pool_ref(struct chime_task *t);
-/* Returns a task nobody holds to its pool's slab. No lock held. */
-void chime__task_free(struct chime_task *t);
 /* The heap's head may have changed: the leader (or a follower) looks. */
 void chime__new_head_locked(struct chime_pool *p);
 /* Takes every lazily cancelled task out of the heap in one O(n) pass. */
@@ -75,7 +45,5 @@ void chime__try_terminate_locked(struct chime_pool *p);
  * comes first): a shut-down pool may terminate now. Takes pool->mu only
  * if the pool is shut down (docs/model/terminate.pml). */
 void chime__loop_dropped(struct chime_pool *p);
-void chime__pool_ref(struct chime_pool *p);
-void chime__pool_unref(struct chime_pool *p);
 
 #endif

@@ -28,9 +28,10 @@
 #include "complete.h"
 #include "context.h"
 #include "deadline.h"
+#include "lifetime.h"
+#include "loop_timers.h"
 #include "post.h"
 #include "spin.h"
-#include "timers.h"
 
 #include <errno.h>
 #include <string.h>

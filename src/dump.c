@@ -24,8 +24,8 @@
 #include "context.h"
 #include "deadline.h"
 #include "inbox.h"
+#include "loop_timers.h"
 #include "pool.h"
-#include "timers.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -24,6 +24,7 @@
 #include "context.h"
 #include "deadline.h"
 #include "handle.h"
+#include "lifetime.h"
 #include "pool.h"
 
 #include <errno.h>

@@ -31,8 +31,9 @@
 #include "context.h"
 #include "deadline.h"
 #include "inbox.h"
+#include "lifetime.h"
+#include "loop_timers.h"
 #include "pool.h"
-#include "timers.h"
 
 #include <errno.h>
 

@@ -62,6 +62,7 @@
 #include "inbox.h"
 #include "complete.h"
 #include "deadline.h"
+#include "lifetime.h"
 
 #include <errno.h>
 

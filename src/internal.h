@@ -11,11 +11,12 @@
 #include "due.h"
 #include "handle.h"
 #include "inbox.h"
+#include "lifetime.h"
+#include "loop_timers.h"
 #include "pool.h"
 #include "post.h"
 #include "shutdown.h"
 #include "submit.h"
-#include "timers.h"
 #include "worker.h"
 
 #endif

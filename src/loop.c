@@ -4,7 +4,7 @@
  *
  * Design notes
  * - A binding ties one event loop thread to a pool. Its timers live in its
- *   own heap (timers.c); the due ones move to the binding's ready queue
+ *   own heap (loop_timers.c); the due ones move to the binding's ready queue
  *   (ready.c), and the loop thread runs them in chime_loop_dispatch()
  *   (dispatch.c). Posts skip the heap: straight into the ring, in post
  *   order.
@@ -22,9 +22,10 @@
 #include "complete.h"
 #include "context.h"
 #include "deadline.h"
+#include "lifetime.h"
+#include "loop_timers.h"
 #include "post.h"
 #include "submit.h"
-#include "timers.h"
 
 #include <errno.h>
 #include <string.h>

@@ -15,7 +15,7 @@
  *   due.c       the due rings: fill, claim, return to the heap
  *   inbox.c     submissions and cancels without the pool's lock
  *   post.c      handle-less posts to a binding
- *   timers.c    a binding's own timers, under the binding's lock only
+ *   loop_timers.c    a binding's own timers, under the binding's lock only
  *   complete.c  completion, the pool's references, termination
  *   context.c   which pool's code this thread runs; fork detection
  */
@@ -152,7 +152,7 @@ struct chime_pool {
     int64_t late_exited; /* mu: their largest lateness */
     uint64_t late_hist_exited[CHIME_LATENESS_BUCKETS]; /* mu: theirs */
     uint64_t late_sum_exited;
-    /* Written under mu; atomic so that the loop side (timers.c), which
+    /* Written under mu; atomic so that the loop side (loop_timers.c), which
      * never takes mu, reads it too. */
     _Atomic int run_state;
     /* The task slab (slab.c): nodes handed out under mu, freed from any

@@ -4,7 +4,7 @@
  * Design notes
  * - One mutex (pool->mu) guards the heap, every pool task's state
  *   transitions, the run state and the counters; a loop task belongs to
- *   its binding and moves under the binding's mutex only (timers.c). User
+ *   its binding and moves under the binding's mutex only (loop_timers.c). User
  * callbacks and hooks never run with it held.
  * - Lock order: pool->mu, then a binding's loop->mu (shutdown, close,
  *   purge, stats and termination walk the bindings); never the
@@ -20,9 +20,10 @@
 #include "deadline.h"
 #include "due.h"
 #include "inbox.h"
+#include "lifetime.h"
+#include "loop_timers.h"
 #include "pool.h"
 #include "shutdown.h"
-#include "timers.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -97,7 +98,7 @@ init_atomics(struct chime_pool *p)
     CHIME_HB_ATOMIC(&p->refs);
     CHIME_HB_ATOMIC(&p->accepting);
     CHIME_HB_ATOMIC(&p->loop_tasks);
-    /* Read by the loop side without the pool's lock (timers.c). */
+    /* Read by the loop side without the pool's lock (loop_timers.c). */
     CHIME_HB_ATOMIC(&p->run_state);
     CHIME_HB_ATOMIC(&p->execute_delayed);
     CHIME_HB_ATOMIC(&p->continue_periodic);

@@ -50,7 +50,8 @@
 #include "post.h"
 #include "complete.h"
 #include "deadline.h"
-#include "timers.h"
+#include "lifetime.h"
+#include "loop_timers.h"
 
 #include <errno.h>
 

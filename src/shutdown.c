@@ -23,8 +23,9 @@
 #include "due.h"
 #include "handle.h"
 #include "inbox.h"
+#include "lifetime.h"
+#include "loop_timers.h"
 #include "post.h"
-#include "timers.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -22,8 +22,9 @@
 #include "due.h"
 #include "handle.h"
 #include "inbox.h"
+#include "lifetime.h"
+#include "loop_timers.h"
 #include "pool.h"
-#include "timers.h"
 #include "worker.h"
 
 #include <errno.h>

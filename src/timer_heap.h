@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* Internal: a binding's timer heap (timers.c): an array 4-ary min-heap of
+/* Internal: a binding's timer heap (loop_timers.c): an array 4-ary min-heap of
  * loop tasks ordered by (deadline, seq). Not API.
  *
  * Design notes
  * - Each slot holds the deadline and the task's timeout next to the task
  *   pointer (24 bytes): a sift compares deadlines without touching the
- *   tasks, and the timeout, which touch needs (timers.c), has no room in
+ *   tasks, and the timeout, which touch needs (loop_timers.c), has no room in
  *   the 40-byte task. Only equal deadlines read the tasks' sequence
  *   numbers (FIFO among equal deadlines), 32-bit and compared with
  *   wrap-around: right for any two tasks numbered fewer than 2^31 apart.
  * - Every task records its slot in task->heap_index (CHIME_HEAP_NONE when
  *   in no heap), so removing or re-keying any task is O(log n). Slot 0 is
- *   the head: timers.c and loop.c read slots[0] and slots[heap_index]
+ *   the head: loop_timers.c and loop.c read slots[0] and slots[heap_index]
  *   directly.
  * - `lazy` counts tasks in the heap marked CHIME_TF_LAZY (cancelled, not
  *   taken out yet); every way out of the heap keeps the count right. The

@@ -4,7 +4,7 @@
  *
  * Design notes
  * - A touch of a waiting timer is one relaxed store of its activity, no
- *   lock: the binding's timers (timers.c) move a touched timer on when its
+ *   lock: the binding's timers (loop_timers.c) move a touched timer on when its
  *   old deadline comes, to the last activity plus its timeout.
  * - A timer that its loop has already taken to run, or that runs its last
  *   run, can no longer be moved by activity: the touch decides under the
@@ -16,7 +16,7 @@
 #endif
 #include "context.h"
 #include "deadline.h"
-#include "timers.h"
+#include "loop_timers.h"
 
 #include <errno.h>
 
@@ -114,7 +114,7 @@ touch_taken(chime_task *t, int64_t now)
 }
 
 /* Both touches once checked. One store, no lock, on a waiting task: the
- * expiry compares (timers.c). A touch racing with the expiry itself (the
+ * expiry compares (loop_timers.c). A touch racing with the expiry itself (the
  * state read here before the dispatch takes the task, the store after
  * its comparison) may be too late for it and still return 0, as with any
  * timer. */

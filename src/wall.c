@@ -44,6 +44,7 @@
 #include "context.h"
 #include "deadline.h"
 #include "handle.h"
+#include "lifetime.h"
 #include "pool.h"
 #include "tz.h"
 

@@ -15,7 +15,7 @@
  *     head could be due with every worker asleep untimed (a lost wake-up);
  *   - an exiting worker does the same hand-over.
  *   Only one thread ever wakes for a timer; the others cost nothing.
- * - Loop tasks are never here: their bindings own them (timers.c).
+ * - Loop tasks are never here: their bindings own them (loop_timers.c).
  * - Due tasks reach a worker through the due rings (due.c): it fills its
  *   own under the lock, claims and runs without it (run_due), and settles
  *   what needs the lock at its next turn (turn_locked).
@@ -40,6 +40,7 @@
 #include "deadline.h"
 #include "due.h"
 #include "inbox.h"
+#include "lifetime.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* A binding's own timers (src/timers.c): chime_task_touch, re-arms of a
+/* A binding's own timers (src/loop_timers.c): chime_task_touch, re-arms of a
  * queued loop one-shot, and due work that wakes the loop by itself (the
  * timerfd inside the readiness fd) with no worker thread at all.
  *

@@ -6,7 +6,7 @@
  * chime__loop_cancel_locked, chime_task_cancel), src/handle.c
  * (chime__task_wait_idle), src/worker.c (run_due's lock-free completion,
  * settle_locked), src/complete.c (chime__cancel_ran_locked),
- * src/timers.c (chime__loop_settle_locked), as a Promela model for SPIN.
+ * src/loop_timers.c (chime__loop_settle_locked), as a Promela model for SPIN.
  *
  * One task (a one-shot, or with PERIODIC a periodic task of up to NRUNS
  * runs) and its runner: a pool worker or a binding's loop thread (the

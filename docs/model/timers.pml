@@ -5,7 +5,7 @@
  * the variant without the MPSC list: the binding's own mutex guards its
  * timers), as a Promela model for SPIN. See docs/contributing/model.md.
  *
- * The code (src/timers.c, src/ready.c, src/loop.c, at ed49a77):
+ * The code (src/loop_timers.c, src/ready.c, src/loop.c, at ed49a77):
  *
  *   producer: chime_loop_schedule from any thread, or chime_task_rearm of
  *   a queued timer to an earlier deadline; under loop->mu

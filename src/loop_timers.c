@@ -40,9 +40,10 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "timers.h"
+#include "loop_timers.h"
 #include "complete.h"
 #include "deadline.h"
+#include "lifetime.h"
 #include "pool.h"
 
 #include <errno.h>

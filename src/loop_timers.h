@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* timers.c: a binding's own timers, under the binding's lock only. Not API. */
-#ifndef CHIME_TIMERS_H
-#define CHIME_TIMERS_H
+/* loop_timers.c: a binding's own timers, under the binding's lock only. Not
+ * API. */
+#ifndef CHIME_LOOP_TIMERS_H
+#define CHIME_LOOP_TIMERS_H
 
 #include "pool.h"
 
-/* ---- timers.c: a binding's own timers (loop->mu only) ----------------- */
+/* ---- loop_timers.c: a binding's own timers (loop->mu only) -----------------
+ */
 /* A free node from the binding's cache (refilled from the pool's slab,
  * which drops and re-takes l->mu: re-check what was read under it), or
  * NULL (out of memory). */
