@@ -14,7 +14,7 @@
 #        (ctest runs it on the build's chime_objects directory)
 set -euo pipefail
 
-order=(lib clock task annot node tz cron arena slab heap_near heap_far heap
+order=(lib clock task extras node tz cron arena slab heap_near heap_far heap
     timer_heap dq binding ready pool deadline context lifetime complete
     loop_timers post inbox due worker spawn handle submit cancel touch
     shutdown pool_ops settle dispatch loop wall group metrics dump)

@@ -23,8 +23,8 @@
 #define _GNU_SOURCE
 #endif
 #include "context.h"
-#include "annot.h"
 #include "deadline.h"
+#include "extras.h"
 #include "pool.h"
 
 #include <stdarg.h>
@@ -102,8 +102,8 @@ log_failed_periodic(struct chime_pool *p, struct chime_task *t, int rc)
      * outcome is already published, not by this failure. */
     if (chime__state_is_final(chime__task_state(t)))
         return;
-    struct chime_annot_view v;
-    chime__annot_read(t, &v);
+    struct chime_extra_view v;
+    chime__extra_read(t, &v);
     char label[sizeof(v.label) + 2];
     if (v.label[0] != '\0')
         snprintf(label, sizeof(label), "\"%s\"", v.label);

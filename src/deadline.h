@@ -6,7 +6,7 @@
 #ifndef CHIME_DEADLINE_H
 #define CHIME_DEADLINE_H
 
-#include "annot.h"
+#include "extras.h"
 #include "pool.h"
 
 /* The deferred re-arm (CHIME_TF_DEFER, set by chime_task_rearm in

@@ -53,7 +53,7 @@ settle_unlocked(struct chime_task *t, int rc, struct chime_task **freed)
     CHIME_HB_AFTER(&t->refs);
     /* An annotated task (a finalizer to call with no lock held) takes
      * the full settle: freed after the binding's lock. */
-    if ((refs & (CHIME_REF_HANDLES | CHIME_REF_ANNOT)) != 0 ||
+    if ((refs & (CHIME_REF_HANDLES | CHIME_REF_EXTRA)) != 0 ||
         (t->flags & CHIME_TF_REARM) ||
         chime__task_state(t) != CHIME_TASK_RUNNING)
         return false;

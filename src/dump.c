@@ -20,9 +20,9 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "annot.h"
 #include "context.h"
 #include "deadline.h"
+#include "extras.h"
 #include "inbox.h"
 #include "loop_timers.h"
 #include "pool.h"
@@ -144,8 +144,8 @@ deliver(struct snap *s, chime_dump_fn fn, void *ctx)
     for (size_t k = 0; k < s->n; k++) {
         struct chime_task *t = s->v[k].task;
         if (!stop) {
-            struct chime_annot_view v;
-            chime__annot_read(t, &v);
+            struct chime_extra_view v;
+            chime__extra_read(t, &v);
             int kind = chime__task_kind(t);
             chime_task_info i = {
                 .id = t,

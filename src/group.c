@@ -19,10 +19,10 @@
  *   once (-ESHUTDOWN), so a timer scheduled by a callback racing with the
  *   connection's close cannot escape it.
  */
-#include "annot.h"
 #include "complete.h"
 #include "context.h"
 #include "deadline.h"
+#include "extras.h"
 #include "handle.h"
 #include "lifetime.h"
 #include "pool.h"
@@ -63,7 +63,7 @@ prune_locked(chime_group *g, struct chime_task **later)
     size_t k = 0;
     for (size_t i = 0; i < g->n; i++) {
         if (chime__task_idle(g->v[i])) {
-            chime__annot_clear_group(g->v[i], g); /* dumps: not g's now */
+            chime__extra_clear_group(g->v[i], g); /* dumps: not g's now */
             /* Freed (finalized) once g->mu is released. */
             chime__task_release_later(g->v[i], later);
         } else
@@ -106,7 +106,7 @@ chime_group_add(chime_group *g, chime_task *t)
         }
     }
     /* Dumps show the group a task was last added to. */
-    if (chime__annot_set_group(t, g) != 0) {
+    if (chime__extra_set_group(t, g) != 0) {
         rc = -ENOMEM;
         goto out;
     }
@@ -262,7 +262,7 @@ chime_group_free(chime_group *g)
     if (g == NULL)
         return;
     for (size_t i = 0; i < g->n; i++) {
-        chime__annot_clear_group(g->v[i], g);
+        chime__extra_clear_group(g->v[i], g);
         chime_task_release(g->v[i]);
     }
     chime__free(g->v);

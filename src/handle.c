@@ -164,7 +164,7 @@ chime_task_set_finalizer(chime_task *t, chime_finalize_fn fn)
         return -EINVAL;
     /* The user's argument (a wall-clock task's argument is its context):
      * read now, so the finalizer needs nothing of the task at its free. */
-    return chime__annot_set_fin(t, fn, chime_task_arg(t));
+    return chime__extra_set_fin(t, fn, chime_task_arg(t));
 }
 
 int64_t

@@ -223,4 +223,3 @@ chime__task_drop_pool_ref(struct chime_task *t)
     if ((old & CHIME_REF_HANDLES) == 0)
         chime__task_free(t);
 }
-

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* A task's node: the free-list words of a free node, and the end of a
- * task's life (its finalizer, its annotation record, the node poisoned).
+ * task's life (its finalizer, its extras record, the node poisoned).
  * Every file that frees or recycles task nodes includes this. Not API. */
 #ifndef CHIME_NODE_H
 #define CHIME_NODE_H
 
-#include "annot.h"
+#include "extras.h"
 #include "task.h"
 
 /* Free task nodes: the free-list link sits in the node's first word and
@@ -59,20 +59,20 @@ chime__node_prefetch_after(struct chime_task *t, struct chime_task *next)
 static inline void
 chime__task_finalize(struct chime_task *t)
 {
-    if (atomic_load_explicit(&t->refs, memory_order_relaxed) & CHIME_REF_ANNOT)
-        chime__annot_finalize(t);
+    if (atomic_load_explicit(&t->refs, memory_order_relaxed) & CHIME_REF_EXTRA)
+        chime__extra_finalize(t);
 }
 
-/* A task's node becomes free: its annotation record (if any) goes, then
+/* A task's node becomes free: its extras record (if any) goes, then
  * the node is poisoned. Every free of a node that held a task goes
  * through here (a fresh chunk's nodes through chime__node_freed). */
 static inline void
 chime__node_dispose(struct chime_task *t)
 {
     if (atomic_load_explicit(&t->refs, memory_order_relaxed) &
-        CHIME_REF_ANNOT) {
-        chime__annot_drop(t);
-        atomic_fetch_and_explicit(&t->refs, ~CHIME_REF_ANNOT,
+        CHIME_REF_EXTRA) {
+        chime__extra_drop(t);
+        atomic_fetch_and_explicit(&t->refs, ~CHIME_REF_EXTRA,
                                   memory_order_relaxed);
     }
     chime__node_freed(t);

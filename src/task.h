@@ -34,7 +34,7 @@ enum {
     CHIME_TF_JITTER = 1u << 7, /* periodic: its runs are spread
                                   (chime_task_set_jitter; the spread and
                                   the offset of its current run are in
-                                  its annotation record, annot.c) */
+                                  its extras record, extras.c) */
     CHIME_TF_AHEAD = 1u << 4,  /* in a binding's post list: `period` holds
                                   the address of the post made
                                   CHIME_POST_AHEAD posts later (a prefetch
@@ -89,7 +89,7 @@ enum {
  *              had, a handle)
  *   bit 29     interrupted (cancel with CHIME_CANCEL_INTERRUPT, shutdown_now)
  *   bits 27-28 the kind (immutable)
- *   bit 26     the task has a record in the annotation table (annot.c):
+ *   bit 26     the task has a record in the extras table (extras.c):
  *              whoever frees its node drops it (chime__node_dispose)
  *   bits 0-25  handle references
  * The task is freed by whoever leaves it with neither the pool bit nor a
@@ -99,8 +99,8 @@ enum {
 #define CHIME_REF_INTERRUPTED (UINT32_C(1) << 29)
 #define CHIME_REF_KIND_SHIFT 27
 #define CHIME_REF_KIND (UINT32_C(3) << CHIME_REF_KIND_SHIFT)
-#define CHIME_REF_ANNOT (UINT32_C(1) << 26)
-#define CHIME_REF_HANDLES (CHIME_REF_ANNOT - 1)
+#define CHIME_REF_EXTRA (UINT32_C(1) << 26)
+#define CHIME_REF_HANDLES (CHIME_REF_EXTRA - 1)
 
 /* task->heap_index of a task in no heap (heap.h, timer_heap.h). */
 #define CHIME_HEAP_NONE UINT32_MAX

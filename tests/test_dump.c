@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "annot.h"
+#include "extras.h"
 #include "support.h"
 
 TestSuite(dump, .timeout = T_TIMEOUT(20));
@@ -62,7 +62,7 @@ Test(dump, a_label_is_copied_bounded_and_read_back_like_snprintf)
 
 Test(dump, labels_and_groups_go_with_their_tasks)
 {
-    size_t before = chime__annot_count();
+    size_t before = chime__extra_count();
     t_clock c;
     chime_pool *p = vpool(2, &c);
     chime_loop *l = loop_here(p, 0);
@@ -84,7 +84,7 @@ Test(dump, labels_and_groups_go_with_their_tasks)
         if (i % 5 == 0)
             cr_assert_eq(chime_group_add(g, h[i]), 0);
     }
-    cr_assert_geq(chime__annot_count(), before + N);
+    cr_assert_geq(chime__extra_count(), before + N);
     t_clock_advance(&c, p, MS);
     cr_assert(DISPATCH_UNTIL(l, atomic_load(&n) == N, T_LONG_NS));
     /* Handles released from a task that completed and from the group:
@@ -92,8 +92,8 @@ Test(dump, labels_and_groups_go_with_their_tasks)
     for (int i = 0; i < N; i++)
         chime_task_release(h[i]);
     chime_group_free(g);
-    cr_assert(T_WAIT_UNTIL(chime__annot_count() == before, T_LONG_NS),
-              "%zu records left", chime__annot_count() - before);
+    cr_assert(T_WAIT_UNTIL(chime__extra_count() == before, T_LONG_NS),
+              "%zu records left", chime__extra_count() - before);
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
 }

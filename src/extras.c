@@ -1,18 +1,18 @@
 /* SPDX-License-Identifier: MIT */
-/* Task annotations: labels, the group a task was last added to, jitter.
+/* Task extras: labels, the group a task was last added to, jitter.
  *
  * Design notes
  * - Few tasks carry any of these, and none of them is on the hot path of
- *   an unannotated task: the task stays 40 bytes, and its only cost is one
- *   bit of its reference word (CHIME_REF_ANNOT), read where its node is
+ *   a task without extras: the task stays 40 bytes, and its only cost is one
+ *   bit of its reference word (CHIME_REF_EXTRA), read where its node is
  *   freed (chime__node_dispose, task.h).
  * - The table is striped: 64 independent hash tables, each under its own
  *   mutex, chosen by a hash of the task's address, so loop threads that
  *   label their connections' timers rarely meet. Each stripe's bucket
  *   array doubles when it holds twice as many records as buckets.
- * - The stripes' mutexes are innermost: annot.c never calls out while it
+ * - The stripes' mutexes are innermost: extras.c never calls out while it
  *   holds one, so any chime lock may be held around these calls.
- * - A record lives from the first annotation of its task to the free of
+ * - A record lives from the first extra of its task to the free of
  *   the task's node; the reference-word bit is set after the record is in
  *   the table and read by the last owner of the task, after every handle
  *   was released (acq_rel), so a record is never orphaned while its task
@@ -21,7 +21,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "annot.h"
+#include "extras.h"
 
 #include "task.h"
 
@@ -31,8 +31,8 @@
 #define STRIPES 64u
 #define MIN_BUCKETS 16u
 
-struct annot {
-    struct annot *next;
+struct extra {
+    struct extra *next;
     const struct chime_task *task;
     const void *group;
     int64_t jit_max;       /* the spread in ns, or 0 */
@@ -46,7 +46,7 @@ struct annot {
 
 static struct stripe {
     _Alignas(64) pthread_mutex_t mu; /* a cache line each */
-    struct annot **b;
+    struct extra **b;
     size_t nb, n;
 } g_stripes[STRIPES];
 
@@ -79,21 +79,21 @@ stripe_lock(const struct chime_task *t, uint64_t *h)
     return s;
 }
 
-static struct annot **
+static struct extra **
 slot_of(struct stripe *s, uint64_t h, const struct chime_task *t)
 {
     if (s->nb == 0)
         return NULL;
-    struct annot **pp = &s->b[h & (s->nb - 1)];
+    struct extra **pp = &s->b[h & (s->nb - 1)];
     while (*pp != NULL && (*pp)->task != t)
         pp = &(*pp)->next;
     return pp;
 }
 
-static struct annot *
+static struct extra *
 find(struct stripe *s, uint64_t h, const struct chime_task *t)
 {
-    struct annot **pp = slot_of(s, h, t);
+    struct extra **pp = slot_of(s, h, t);
     return pp ? *pp : NULL;
 }
 
@@ -101,15 +101,15 @@ static void
 grow(struct stripe *s)
 {
     size_t nb = s->nb ? s->nb * 2 : MIN_BUCKETS;
-    struct annot **b = chime__malloc(nb * sizeof *b);
+    struct extra **b = chime__malloc(nb * sizeof *b);
     if (b == NULL)
         return; /* longer chains, still correct */
     memset(b, 0, nb * sizeof *b);
     for (size_t i = 0; i < s->nb; i++)
         while (s->b[i]) {
-            struct annot *a = s->b[i];
+            struct extra *a = s->b[i];
             s->b[i] = a->next;
-            struct annot **d = &b[hash_ptr(a->task) & (nb - 1)];
+            struct extra **d = &b[hash_ptr(a->task) & (nb - 1)];
             a->next = *d;
             *d = a;
         }
@@ -119,10 +119,10 @@ grow(struct stripe *s)
 }
 
 /* t's record, made if needed (s locked). NULL: out of memory. */
-static struct annot *
+static struct extra *
 get_or_make(struct stripe *s, uint64_t h, struct chime_task *t)
 {
-    struct annot *a = find(s, h, t);
+    struct extra *a = find(s, h, t);
     if (a != NULL)
         return a;
     if (s->n >= 2 * s->nb)
@@ -134,22 +134,22 @@ get_or_make(struct stripe *s, uint64_t h, struct chime_task *t)
         return NULL;
     memset(a, 0, sizeof *a);
     a->task = t;
-    struct annot **d = &s->b[h & (s->nb - 1)];
+    struct extra **d = &s->b[h & (s->nb - 1)];
     a->next = *d;
     *d = a;
     s->n++;
     /* After the record is in: the node's last owner drops it. */
     CHIME_HB_BEFORE(&t->refs);
-    atomic_fetch_or_explicit(&t->refs, CHIME_REF_ANNOT, memory_order_release);
+    atomic_fetch_or_explicit(&t->refs, CHIME_REF_EXTRA, memory_order_release);
     return a;
 }
 
 void
-chime__annot_drop(const struct chime_task *t)
+chime__extra_drop(const struct chime_task *t)
 {
     uint64_t h;
     struct stripe *s = stripe_lock(t, &h);
-    struct annot **pp = slot_of(s, h, t), *a = pp ? *pp : NULL;
+    struct extra **pp = slot_of(s, h, t), *a = pp ? *pp : NULL;
     if (a != NULL) {
         *pp = a->next;
         s->n--;
@@ -165,11 +165,11 @@ chime__annot_drop(const struct chime_task *t)
 }
 
 void
-chime__annot_finalize(const struct chime_task *t)
+chime__extra_finalize(const struct chime_task *t)
 {
     uint64_t h;
     struct stripe *s = stripe_lock(t, &h);
-    struct annot *a = find(s, h, t);
+    struct extra *a = find(s, h, t);
     chime_finalize_fn fn = NULL;
     void *arg = NULL;
     if (a != NULL) {
@@ -183,14 +183,14 @@ chime__annot_finalize(const struct chime_task *t)
 }
 
 int
-chime__annot_set_fin(struct chime_task *t, chime_finalize_fn fn, void *arg)
+chime__extra_set_fin(struct chime_task *t, chime_finalize_fn fn, void *arg)
 {
     if (fn == NULL && !(atomic_load_explicit(&t->refs, memory_order_relaxed) &
-                        CHIME_REF_ANNOT))
+                        CHIME_REF_EXTRA))
         return 0; /* nothing to clear */
     uint64_t h;
     struct stripe *s = stripe_lock(t, &h);
-    struct annot *a = get_or_make(s, h, t);
+    struct extra *a = get_or_make(s, h, t);
     if (a != NULL) {
         a->fin = fn;
         a->fin_arg = arg;
@@ -200,16 +200,16 @@ chime__annot_set_fin(struct chime_task *t, chime_finalize_fn fn, void *arg)
 }
 
 void
-chime__annot_read(const struct chime_task *t, struct chime_annot_view *v)
+chime__extra_read(const struct chime_task *t, struct chime_extra_view *v)
 {
     v->group = NULL;
     v->label[0] = '\0';
     if (!(atomic_load_explicit(&t->refs, memory_order_relaxed) &
-          CHIME_REF_ANNOT))
+          CHIME_REF_EXTRA))
         return;
     uint64_t h;
     struct stripe *s = stripe_lock(t, &h);
-    const struct annot *a = find(s, h, t);
+    const struct extra *a = find(s, h, t);
     if (a != NULL) {
         v->group = a->group;
         memcpy(v->label, a->label, sizeof v->label);
@@ -218,11 +218,11 @@ chime__annot_read(const struct chime_task *t, struct chime_annot_view *v)
 }
 
 int
-chime__annot_set_group(struct chime_task *t, const void *g)
+chime__extra_set_group(struct chime_task *t, const void *g)
 {
     uint64_t h;
     struct stripe *s = stripe_lock(t, &h);
-    struct annot *a = get_or_make(s, h, t);
+    struct extra *a = get_or_make(s, h, t);
     if (a != NULL)
         a->group = g;
     pthread_mutex_unlock(&s->mu);
@@ -230,14 +230,14 @@ chime__annot_set_group(struct chime_task *t, const void *g)
 }
 
 void
-chime__annot_clear_group(struct chime_task *t, const void *g)
+chime__extra_clear_group(struct chime_task *t, const void *g)
 {
     if (!(atomic_load_explicit(&t->refs, memory_order_relaxed) &
-          CHIME_REF_ANNOT))
+          CHIME_REF_EXTRA))
         return;
     uint64_t h;
     struct stripe *s = stripe_lock(t, &h);
-    struct annot *a = find(s, h, t);
+    struct extra *a = find(s, h, t);
     if (a != NULL && a->group == g)
         a->group = NULL;
     pthread_mutex_unlock(&s->mu);
@@ -252,11 +252,11 @@ chime_task_set_label(chime_task *t, const char *label)
     if (n > CHIME_LABEL_MAX)
         return -ENAMETOOLONG;
     if (n == 0 && !(atomic_load_explicit(&t->refs, memory_order_relaxed) &
-                    CHIME_REF_ANNOT))
+                    CHIME_REF_EXTRA))
         return 0; /* nothing to clear */
     uint64_t h;
     struct stripe *s = stripe_lock(t, &h);
-    struct annot *a = get_or_make(s, h, t);
+    struct extra *a = get_or_make(s, h, t);
     if (a != NULL) {
         memcpy(a->label, label ? label : "", n);
         a->label[n] = '\0';
@@ -270,8 +270,8 @@ chime_task_label(chime_task *t, char *buf, size_t size)
 {
     if (t == NULL || (buf == NULL && size != 0))
         return -EINVAL;
-    struct chime_annot_view v;
-    chime__annot_read(t, &v);
+    struct chime_extra_view v;
+    chime__extra_read(t, &v);
     size_t n = strlen(v.label);
     if (size != 0) {
         size_t c = n < size - 1 ? n : size - 1;
@@ -298,7 +298,7 @@ chime__jitter_set(struct chime_task *t, int64_t max_ns, uint32_t ppm,
 {
     uint64_t h;
     struct stripe *s = stripe_lock(t, &h);
-    struct annot *a = get_or_make(s, h, t);
+    struct extra *a = get_or_make(s, h, t);
     if (a != NULL) {
         a->jit_max = max_ns;
         a->jit_ppm = ppm;
@@ -313,7 +313,7 @@ chime__jitter_draw(struct chime_task *t)
 {
     uint64_t h;
     struct stripe *s = stripe_lock(t, &h);
-    struct annot *a = find(s, h, t);
+    struct extra *a = find(s, h, t);
     int64_t u = 0;
     if (a != NULL) {
         int64_t spread = a->jit_max;
@@ -339,7 +339,7 @@ chime__jitter_offset(const struct chime_task *t)
 {
     uint64_t h;
     struct stripe *s = stripe_lock(t, &h);
-    const struct annot *a = find(s, h, t);
+    const struct extra *a = find(s, h, t);
     int64_t off = a ? a->jit_off : 0;
     pthread_mutex_unlock(&s->mu);
     return off;
@@ -350,14 +350,14 @@ chime__jitter_rearmed(struct chime_task *t)
 {
     uint64_t h;
     struct stripe *s = stripe_lock(t, &h);
-    struct annot *a = find(s, h, t);
+    struct extra *a = find(s, h, t);
     if (a != NULL)
         a->jit_off = 0;
     pthread_mutex_unlock(&s->mu);
 }
 
 size_t
-chime__annot_count(void)
+chime__extra_count(void)
 {
     pthread_once(&g_once, init_stripes);
     size_t n = 0;
