@@ -19,7 +19,7 @@
  *   the outcome is decided there, as every way out of PENDING under the
  *   lock is a CAS too (the due ring's fill, worker.c; shutdown's
  *   hand-back; a rejection's discard of the oldest). The canceller hands
- *   the task to the inbox (its cancel buffer, under ilock), and the
+ *   the task to the inbox (its cancel buffer, under inbox.lock), and the
  *   pool's reference on it goes with the entry: the next drain, which
  *   anyone who takes the lock to look at the queue makes first
  *   (chime__pool_lock), counts it, detaches its slot if it is still
@@ -135,7 +135,7 @@ cancel_fast(struct chime_task *t, struct chime_pool *p)
 {
     if (t->loop_id != 0 || chime__task_kind(t) != CHIME_KIND_ONESHOT)
         return 1;
-    if (!atomic_load_explicit(&p->iopen, memory_order_relaxed) ||
+    if (!atomic_load_explicit(&p->inbox.open, memory_order_relaxed) ||
         !atomic_load_explicit(&p->remove_on_cancel, memory_order_relaxed))
         return 1;
     int8_t st = CHIME_TASK_PENDING;
@@ -266,8 +266,8 @@ rearm_fast(struct chime_task *t, struct chime_pool *p, const int64_t *now,
     if (st != CHIME_TASK_DEFERRED)
         return 1;
     if (CHIME_FORKED(p) ||
-        !atomic_load_explicit(&p->iopen, memory_order_relaxed) ||
-        atomic_load_explicit(&p->in, memory_order_acquire) != 0)
+        !atomic_load_explicit(&p->inbox.open, memory_order_relaxed) ||
+        atomic_load_explicit(&p->inbox.n, memory_order_acquire) != 0)
         return 1;
     int64_t d =
         chime__deadline_after(now ? *now : chime__pool_now(p), delay_ns);

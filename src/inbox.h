@@ -6,7 +6,7 @@
 #include "pool.h"
 #include "spin.h"
 
-/* The inbox's room (inbox.c): a top-up gives up to imax, which starts
+/* The inbox's room (inbox.c): a top-up gives up to inbox.max, which starts
  * at the minimum and doubles, up to the maximum, each time a submission
  * found no room. */
 #define CHIME_INBOX_ROOM_MIN 1024u
@@ -52,9 +52,10 @@ void chime__inbox_update_locked(struct chime_pool *p);
 static inline void
 chime__inbox_take_locked(struct chime_pool *p)
 {
-    if (atomic_load_explicit(&p->in, memory_order_relaxed) != 0 ||
-        atomic_load_explicit(&p->cin, memory_order_relaxed) != 0 ||
-        atomic_load_explicit(&p->iroom, memory_order_relaxed) < p->imax / 2)
+    if (atomic_load_explicit(&p->inbox.n, memory_order_relaxed) != 0 ||
+        atomic_load_explicit(&p->cancels.n, memory_order_relaxed) != 0 ||
+        atomic_load_explicit(&p->inbox.room, memory_order_relaxed) <
+            p->inbox.max / 2)
         chime__inbox_drain_locked(p);
 }
 

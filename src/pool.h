@@ -231,47 +231,53 @@ struct chime_pool {
 
     /* The submission inbox (inbox.c): pool one-shots submitted without mu,
      * on their own cache lines (producers write them; workers read them
-     * once per turn). Guarded by ilock, a spinlock taken after mu when
-     * both are held. */
+     * once per turn). Guarded by inbox.lock, a spinlock taken after mu
+     * when both are held. */
     char ipad_[64];
-    _Atomic int ilock;
-    _Atomic bool iopen; /* ilock (written under mu too): the fast path is
-                           open; read without the lock as a hint */
-    /* ilock: the tasks submitted, in order (their deadlines in
-     * defer_deadline); `in` is also read without the lock as a hint.
-     * Two buffers of CHIME_INBOX_ROOM_MAX (allocated when the inbox first
-     * opens; pages are touched only as far as the room goes): the drain
-     * swaps them. */
-    struct chime_task **ibuf;
-    _Atomic uint32_t in;
-    /* Sequence numbers (FIFO among equal deadlines; wraps, compared with
-     * wrap-around), one atomic counter for every way a task is queued: a
-     * submission under mu, a drain of the inbox (a block for its buffer,
-     * taken under ilock before `in` is reset: a re-arm without the lock
-     * that sees the inbox empty numbers itself after every submission
-     * that came before it), a re-arm with or without the lock. Beside
-     * `in`, which such a re-arm reads too. */
-    _Atomic uint32_t next_seq;
-    _Atomic uint32_t iroom;     /* ilock: submissions the inbox may still take,
-                                   each with a heap slot reserved; read
-                                   without it as a hint */
-    _Atomic bool istarved;      /* a submission found no room (any thread);
-                                   the next top-up doubles imax */
-    uint32_t imax;              /* mu: the room a top-up gives */
-    struct chime_task **ispare; /* mu: the other buffer */
-    struct chime_task *ifree;   /* ilock: free nodes for the inbox */
-    int64_t iwake; /* ilock: a submission due before this wakes a worker */
-    /* ilock: pool references taken ahead (CHIME_INBOX_CREDIT at a time)
-     * for the handles of submissions; given back when the inbox closes */
-    uint32_t icredit;
-    /* ilock: queued one-shots cancelled without mu (cancel.c), in order,
-     * each holding the pool's reference on its task; `cin` is also read
-     * without the lock as a hint. Two buffers of CHIME_INBOX_CANCELS
+    struct chime_inbox {
+        _Atomic int lock;
+        _Atomic bool open; /* lock (written under mu too): the fast path is
+                              open; read without the lock as a hint */
+        /* lock: the tasks submitted, in order (their deadlines in
+         * defer_deadline); `n` is also read without the lock as a hint.
+         * Two buffers of CHIME_INBOX_ROOM_MAX (allocated when the inbox
+         * first opens; pages are touched only as far as the room goes):
+         * the drain swaps them. */
+        struct chime_task **buf;
+        _Atomic uint32_t n;
+        /* The pool's sequence numbers (FIFO among equal deadlines; wraps,
+         * compared with wrap-around), one atomic counter for every way a
+         * task is queued: a submission under mu, a drain of the inbox (a
+         * block for its buffer, taken under `lock` before `n` is reset: a
+         * re-arm without the lock that sees the inbox empty numbers
+         * itself after every submission that came before it), a re-arm
+         * with or without the lock. Beside `n`, which such a re-arm reads
+         * too. */
+        _Atomic uint32_t seq;
+        _Atomic uint32_t room;     /* lock: submissions the inbox may still
+                                      take, each with a heap slot reserved;
+                                      read without it as a hint */
+        _Atomic bool starved;      /* a submission found no room (any thread);
+                                      the next top-up doubles max */
+        uint32_t max;              /* mu: the room a top-up gives */
+        struct chime_task **spare; /* mu: the other buffer */
+        struct chime_task *free;   /* lock: free nodes for the inbox */
+        int64_t wake; /* lock: a submission due before this wakes a worker */
+        /* lock: pool references taken ahead (CHIME_INBOX_CREDIT at a time)
+         * for the handles of submissions; given back when the inbox
+         * closes */
+        uint32_t credit;
+    } inbox;
+    /* inbox.lock: queued one-shots cancelled without mu (cancel.c), in
+     * order, each holding the pool's reference on its task; `n` is also
+     * read without the lock as a hint. Two buffers of CHIME_INBOX_CANCELS
      * after the submission buffers, swapped by the drain (mu). */
-    struct chime_task **cbuf;
-    _Atomic uint32_t cin;
-    struct chime_task **cspare; /* mu: the other buffer */
-    void *ibase;                /* the buffers' allocation */
+    struct chime_cancels {
+        struct chime_task **buf;
+        _Atomic uint32_t n;
+        struct chime_task **spare; /* mu: the other buffer */
+    } cancels;
+    void *inbox_mem; /* the inbox's and the cancels' buffers */
     char ipad2_[64];
 };
 
@@ -286,11 +292,11 @@ chime__settle_wake_locked(struct chime_pool *p)
         pthread_cond_broadcast(&p->settle_cv);
 }
 
-/* The next sequence number (see next_seq). */
+/* The next sequence number (see inbox.seq). */
 static inline uint32_t
 chime__pool_seq(struct chime_pool *p)
 {
-    return atomic_fetch_add_explicit(&p->next_seq, 1, memory_order_relaxed);
+    return atomic_fetch_add_explicit(&p->inbox.seq, 1, memory_order_relaxed);
 }
 
 /* Records the sequence number of a re-arm of t in the ring (mu held). A

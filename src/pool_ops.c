@@ -112,24 +112,24 @@ init_atomics(struct chime_pool *p)
     CHIME_HB_ATOMIC(&p->due_stale);
     CHIME_HB_ATOMIC(&p->waiters);
     /* The submission inbox (inbox.c): closed until the workers exist. */
-    CHIME_HB_ATOMIC(&p->ilock);
-    CHIME_HB_ATOMIC(&p->iopen);
-    CHIME_HB_ATOMIC(&p->in);
-    CHIME_HB_ATOMIC(&p->cin);
+    CHIME_HB_ATOMIC(&p->inbox.lock);
+    CHIME_HB_ATOMIC(&p->inbox.open);
+    CHIME_HB_ATOMIC(&p->inbox.n);
+    CHIME_HB_ATOMIC(&p->cancels.n);
     CHIME_HB_ATOMIC(&p->wall);
     atomic_init(&p->slack, 0);
     atomic_init(&p->coarse_slack, 0);
     CHIME_HB_ATOMIC(&p->slack);
     CHIME_HB_ATOMIC(&p->coarse_slack);
-    atomic_init(&p->ilock, 0);
-    atomic_init(&p->iopen, false);
-    atomic_init(&p->in, 0);
-    CHIME_HB_ATOMIC(&p->iroom);
-    atomic_init(&p->iroom, 0);
-    CHIME_HB_ATOMIC(&p->istarved);
-    atomic_init(&p->istarved, false);
-    p->imax = CHIME_INBOX_ROOM_MIN;
-    p->iwake = INT64_MAX;
+    atomic_init(&p->inbox.lock, 0);
+    atomic_init(&p->inbox.open, false);
+    atomic_init(&p->inbox.n, 0);
+    CHIME_HB_ATOMIC(&p->inbox.room);
+    atomic_init(&p->inbox.room, 0);
+    CHIME_HB_ATOMIC(&p->inbox.starved);
+    atomic_init(&p->inbox.starved, false);
+    p->inbox.max = CHIME_INBOX_ROOM_MIN;
+    p->inbox.wake = INT64_MAX;
     atomic_init(&p->refs, 1);
     atomic_init(&p->accepting, true);
 }

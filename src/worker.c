@@ -74,7 +74,7 @@ release_garbage(struct chime_pool *p, struct chime_worker *w)
 
 /* A worker leaves take_locked to run the tasks of ring r (its own, or one
  * it helps with). If nobody times the heap and a worker sleeps idle, the
- * inbox's iwake may be stale (INT64_MIN left by a producer's wake, or the
+ * inbox's inbox.wake may be stale (INT64_MIN left by a producer's wake, or the
  * old leader's deadline) and a submission would wake nobody while this
  * worker runs its callbacks: arm it for any submission, or wake the
  * sleeper if the inbox is not empty (docs/model/inbox.pml,
