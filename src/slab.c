@@ -55,6 +55,8 @@ chime__slab_init(struct chime_slab *s, void *owner)
     s->owner = owner;
     CHIME_HB_ATOMIC(&s->remote);
     atomic_init(&s->remote, NULL);
+    /* A spinlock word (spin.h annotates the order it gives). */
+    CHIME_HB_ATOMIC(&s->carve_lock);
     atomic_init(&s->carve_lock, 0);
     s->carve_at = s->carve_end = NULL;
     s->chunks = NULL;
