@@ -86,46 +86,50 @@ struct chime_loop {
     /* mu: posts taken from the post list (whole, in O(1)) and counted in
      * `tasks`, not run yet: they come after everything in the ring (a
      * path that appends to the ring moves them there first, post.c). */
-    struct chime_task *cposts, *cposts_last;
-    size_t ncposts;
-    struct chime_task *cfree, *cfree_last; /* mu: finished post nodes, for
-                                              the next collection */
-    unsigned plean;  /* mu: the last collection took so few posts
-                        that the loop keeps pace with a producer
-                        (ready.c: the next one waits a moment) */
-    unsigned ncfree; /* mu */
+    struct {
+        struct chime_task *head, *last; /* FIFO through t->next */
+        size_t n;
+        struct chime_task *free, *free_last; /* finished post nodes, for
+                                                the next collection */
+        unsigned nfree;
+        unsigned lean; /* the last collection took so few posts that the
+                          loop keeps pace with a producer (ready.c: the
+                          next one waits a moment) */
+    } taken;
 
     /* The post list (post.c): handle-less posts (and delay-0 schedules)
-     * appended by any thread under plock, a spinlock that only producers
-     * and, once per batch, the binding's consumer (l->mu held) take. Until
-     * the consumer takes them they are READY but not counted in `tasks`
-     * (shutdown, shutdown_now and close take them under l->mu first).
-     * Cache lines of their own (64 bytes of padding on each side):
+     * appended by any thread under post.lock, a spinlock that only
+     * producers and, once per batch, the binding's consumer (l->mu held)
+     * take. Until the consumer takes them they are READY but not counted
+     * in `tasks` (shutdown, shutdown_now and close take them under l->mu
+     * first). Cache lines of their own (64 bytes of padding on each side):
      * producers write these on every post, the loop thread everything
      * above (its lock included); what a post reads of the rest is copied
      * here. */
     char pad_c_[64]; /* not _Alignas: the record comes from malloc */
-    _Atomic int plock;
-    bool psealed;             /* plock: closed; producers take the slow
-                                 path */
-    uint16_t pid;             /* immutable: id */
-    unsigned pfork_gen;       /* immutable: fork_gen */
-    struct chime_pool *ppool; /* immutable: pool */
-    /* plock: FIFO through t->next; phead is also read without the lock
-     * (relaxed) by a dispatch spinning for more work. */
-    _Atomic(struct chime_task *) phead;
-    struct chime_task *plast;      /* plock: the last of them, or NULL */
-    struct chime_task *pfree;      /* plock: free nodes for posts */
-    struct chime_task *pfree_last; /* plock: the last of them (a
-                                      collection appends after it) */
-    unsigned npfree;               /* plock */
-    size_t pcount;                 /* plock: how many */
-    /* plock: the last CHIME_POST_AHEAD posts of the list (by pcount),
-     * each of which gets the address of the one made that many posts
-     * later (post.c) */
+    struct {
+        _Atomic int lock;
+        bool sealed;             /* lock: closed; producers take the slow
+                                    path */
+        uint16_t id;             /* immutable: the binding's id */
+        unsigned fork_gen;       /* immutable: the binding's fork_gen */
+        struct chime_pool *pool; /* immutable: the binding's pool */
+        /* lock: FIFO through t->next; head is also read without the lock
+         * (relaxed) by a dispatch spinning for more work. */
+        _Atomic(struct chime_task *) head;
+        struct chime_task *last;      /* lock: the last of them, or NULL */
+        struct chime_task *free;      /* lock: free nodes for posts */
+        struct chime_task *free_last; /* lock: the last of them (a
+                                         collection appends after it) */
+        unsigned nfree;               /* lock */
+        size_t count;                 /* lock: how many */
+        /* lock: the last CHIME_POST_AHEAD posts of the list (by count),
+         * each of which gets the address of the one made that many posts
+         * later (post.c) */
 #define CHIME_POST_AHEAD 8
-    struct chime_task *precent[CHIME_POST_AHEAD];
-    uint64_t psubmitted; /* plock: delay-0 schedules among them */
+        struct chime_task *recent[CHIME_POST_AHEAD];
+        uint64_t submitted; /* lock: delay-0 schedules among them */
+    } post;
     /* Read by every post, written rarely: */
     /* Set (relaxed) when a timer is pushed, cleared by a dispatch that
      * leaves none (only if set: no write in the steady state): a post

@@ -95,7 +95,7 @@ start_claimed(struct chime_task *t, int8_t *exp)
 static bool
 any_ready(struct chime_loop *l)
 {
-    return l->live != 0 || l->cposts != NULL || chime__post_any_locked(l);
+    return l->live != 0 || l->taken.head != NULL || chime__post_any_locked(l);
 }
 
 /* How long an idle dispatch watches the post list before it declares the
@@ -154,7 +154,7 @@ move_ready_locked(struct dispatch *d)
 {
     struct chime_loop *l = d->l;
     if (l->timers.len != 0 || l->armed != INT64_MAX) {
-        if (l->cposts != NULL || chime__post_any(l))
+        if (l->taken.head != NULL || chime__post_any(l))
             d->dropped += chime__post_flush_locked(l, &d->garbage);
         size_t before = l->tasks;
         chime__timers_due_locked(l, chime__pool_now(d->p), &d->garbage);
@@ -302,7 +302,7 @@ run_batches_locked(struct dispatch *d)
 static bool
 work_left_locked(struct chime_loop *l, struct chime_pool *p)
 {
-    return l->live != 0 || l->cposts != NULL || chime__post_any(l) ||
+    return l->live != 0 || l->taken.head != NULL || chime__post_any(l) ||
            (l->timers.len != 0 &&
             l->timers.slots[0].deadline <= chime__pool_now(p));
 }

@@ -60,7 +60,7 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
         chime__free(l);
         return rc;
     }
-    l->pool = l->ppool = p;
+    l->pool = l->post.pool = p;
     l->batch_limit =
         opts && opts->batch_limit ? opts->batch_limit : DEFAULT_BATCH;
     if (opts && opts->thread) {
@@ -68,7 +68,7 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
         l->owner = *opts->thread;
         l->has_owner = true;
     }
-    l->fork_gen = l->pfork_gen = p->fork_gen;
+    l->fork_gen = l->post.fork_gen = p->fork_gen;
 
     CHIME_LOCK_POOL(&p->mu);
     rc = p->run_state != CHIME_POOL_RUNNING ? -ESHUTDOWN : 0;
@@ -88,7 +88,7 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
     }
     p->loop_dir[id / CHIME_LOOP_CHUNK][id % CHIME_LOOP_CHUNK] = l;
     p->loop_count++;
-    l->id = l->pid = (uint16_t)(id + 1);
+    l->id = l->post.id = (uint16_t)(id + 1);
     chime__list_push(&p->loops, &l->link);
     pthread_mutex_unlock(&p->mu);
     *out = l;
@@ -192,9 +192,9 @@ chime_loop_close(chime_loop *l)
      * more; one refilling its free list right now leaves its nodes in the
      * slab's chunks, freed with the pool). */
     chime__ready_plock(l);
-    struct chime_task *nodes = l->pfree;
-    l->pfree = l->pfree_last = NULL;
-    l->npfree = 0;
+    struct chime_task *nodes = l->post.free;
+    l->post.free = l->post.free_last = NULL;
+    l->post.nfree = 0;
     chime__ready_punlock(l);
     for (int pass = 0; pass < 2; pass++) {
         while (nodes) {
@@ -203,9 +203,9 @@ chime_loop_close(chime_loop *l)
             chime__node_reused(t);
             chime__slab_free(&p->slab, t);
         }
-        nodes = l->cfree;
-        l->cfree = l->cfree_last = NULL;
-        l->ncfree = 0;
+        nodes = l->taken.free;
+        l->taken.free = l->taken.free_last = NULL;
+        l->taken.nfree = 0;
     }
     pthread_mutex_unlock(&l->mu);
     /* Never the last reference: the pool's owner holds one until destroy. */
@@ -246,7 +246,7 @@ chime_loop_post(chime_loop *l, chime_task_fn fn, void *arg, chime_task **out)
         *out = NULL;
     if (l == NULL || fn == NULL)
         return -EINVAL;
-    if (chime__forked(l->pfork_gen)) /* the post list's copy: its line */
+    if (chime__forked(l->post.fork_gen)) /* the post list's copy: its line */
         return -ECHILD;
     if (out == NULL) {
         /* Fire and forget: the post list, without the binding's lock. */
@@ -320,7 +320,7 @@ chime_loop_schedule(chime_loop *l, chime_task_fn fn, void *arg,
      * as a delay-0 timer would. Anything else, or a refusal, takes the
      * scheduler's path and its rules. */
     if (delay_ns <= 0 && out == NULL && fn != NULL &&
-        l->ppool->max_pending == 0 && !chime__forked(l->pfork_gen)) {
+        l->post.pool->max_pending == 0 && !chime__forked(l->post.fork_gen)) {
         int rc = chime__post_push(l, fn, arg, true);
         if (rc != 1)
             return rc;
@@ -372,7 +372,7 @@ chime_loop_get_stats(chime_loop *l, chime_loop_stats *out)
     *out = l->st;
     /* Ready: in the ring, or due and still among the timers (a dispatch
      * moves them). */
-    out->ready = l->live + l->ncposts +
+    out->ready = l->live + l->taken.n +
                  chime__timers_due_count_locked(l, chime__pool_now(l->pool));
     out->timers = l->timers.len - l->timers.lazy;
     pthread_mutex_unlock(&l->mu);

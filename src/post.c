@@ -6,16 +6,16 @@
  *
  * Design notes
  * - The post list. Producers append to a per-binding FIFO list under
- *   plock, a spinlock held for a dozen stores: take a node from the
+ *   post.lock, a spinlock held for a dozen stores: take a node from the
  *   producers' free list, fill it in, link it at the tail, maybe wake the
  *   loop. One atomic read-modify-write per post (the lock); no node
  *   allocator, no pool-wide counter, no reference count. The consumer
  *   (whoever holds loop->mu: a dispatch, once per batch) takes the whole
- *   list under plock and appends it to the ring, where these posts are
+ *   list under post.lock and appends it to the ring, where these posts are
  *   ordinary READY tasks: cancel, shutdown_now, close and stats see one
  *   queue. A list of nodes nobody else can name (no handle) needs no
  *   per-node state machine until it reaches the ring.
- * - Order. The list is FIFO, and its order is the order of plock's
+ * - Order. The list is FIFO, and its order is the order of post.lock's
  *   critical sections: posts from one thread keep their order, and a post
  *   that happens after another (through any synchronisation) comes after
  *   it. A collection appends the whole list to the ring before a dispatch
@@ -27,22 +27,22 @@
  *   due timers into the ring first. So a post in the list was made while
  *   the binding had no timer, and every timer it has now was pushed after
  *   the post (or concurrently): behind it.
- * - Termination. A post checks `accepting` under plock and is accepted
+ * - Termination. A post checks `accepting` under post.lock and is accepted
  *   only then. shutdown and shutdown_now store `accepting` first, then
- *   collect every binding's list under loop->mu and plock (shutdown.c,
+ *   collect every binding's list under loop->mu and post.lock (shutdown.c,
  *   ready.c): a post either saw the store (the slow path: rejected) or is
  *   in the list that the collection takes and counts in loop->tasks,
  *   which termination waits for. close seals the list in the same
  *   critical section (ready.c). docs/model/post.pml.
- * - Wake-ups: ready.c (the `quiet` token), written under plock so that a
- *   close, which seals the list under plock before closing the fd, never
+ * - Wake-ups: ready.c (the `quiet` token), written under post.lock so that a
+ *   close, which seals the list under post.lock before closing the fd, never
  *   meets a write in progress.
  * - Nodes. The dispatch puts a finished node on a consumer-side list
- *   (cfree, loop->mu) and appends that list to the producers' free list
- *   in the next collection (plock held anyway): nodes go back in batches,
+ *   (taken.free, loop->mu) and appends that list to the producers' free list
+ *   in the next collection (post.lock held anyway): nodes go back in batches,
  *   behind the ones the producers have fetched already. An
  *   empty free list is refilled from the pool's slab, POST_REFILL
- *   nodes at once, with plock released.
+ *   nodes at once, with post.lock released.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -60,7 +60,7 @@
 int
 chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg, bool sched)
 {
-    struct chime_pool *p = l->ppool;
+    struct chime_pool *p = l->post.pool;
     /* A binding with timers takes the locked path, which orders the post
      * behind the timers due by now (see the design notes). */
     if (atomic_load_explicit(&l->has_timers, memory_order_relaxed))
@@ -70,14 +70,14 @@ chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg, bool sched)
     int64_t deadline = sched ? chime__pool_now(p) : 0;
     chime__ready_plock(l);
     for (;;) {
-        /* Read under plock: a shutdown that this post does not see
+        /* Read under post.lock: a shutdown that this post does not see
          * collects the list after it (see the design notes). */
-        if (l->psealed ||
+        if (l->post.sealed ||
             !atomic_load_explicit(&p->accepting, memory_order_relaxed)) {
             chime__ready_punlock(l);
             return 1;
         }
-        if (l->pfree != NULL)
+        if (l->post.free != NULL)
             break;
         chime__ready_punlock(l);
         struct chime_task *list = NULL, *last = NULL;
@@ -97,44 +97,45 @@ chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg, bool sched)
         if (list == NULL)
             return -ENOMEM;
         chime__ready_plock(l);
-        *chime__node_link(last) = l->pfree;
-        if (l->pfree == NULL)
-            l->pfree_last = last;
-        l->pfree = list;
-        l->npfree += n;
+        *chime__node_link(last) = l->post.free;
+        if (l->post.free == NULL)
+            l->post.free_last = last;
+        l->post.free = list;
+        l->post.nfree += n;
     }
-    struct chime_task *t = l->pfree;
-    l->pfree = *chime__node_link(t);
-    if (l->pfree == NULL)
-        l->pfree_last = NULL;
-    l->npfree--;
+    struct chime_task *t = l->post.free;
+    l->post.free = *chime__node_link(t);
+    if (l->post.free == NULL)
+        l->post.free_last = NULL;
+    l->post.nfree--;
     /* The next post's node was last written by the loop thread: start
      * fetching it now, while this post is filled in. */
-    if (l->pfree != NULL)
-        __builtin_prefetch(l->pfree, 1);
+    if (l->post.free != NULL)
+        __builtin_prefetch(l->post.free, 1);
     chime__node_reused(t);
     chime__task_init(t, p, fn, arg, CHIME_KIND_ONESHOT, deadline, 0);
     atomic_store_explicit(&t->state, CHIME_TASK_READY, memory_order_relaxed);
-    t->loop_id = l->pid;
+    t->loop_id = l->post.id;
     t->next = NULL;
-    if (l->plast != NULL)
-        l->plast->next = t;
+    if (l->post.last != NULL)
+        l->post.last->next = t;
     else
-        atomic_store_explicit(&l->phead, t, memory_order_relaxed);
-    l->plast = t;
-    /* The post made CHIME_POST_AHEAD posts ago, still in the list (pcount
+        atomic_store_explicit(&l->post.head, t, memory_order_relaxed);
+    l->post.last = t;
+    /* The post made CHIME_POST_AHEAD posts ago, still in the list (post.count
      * counts the list), learns this one's address: the loop, walking the
      * list, fetches that far ahead instead of one node at a time. Only a
      * post whose deadline field is free (0: not a delay-0 schedule). */
-    struct chime_task **slot = &l->precent[l->pcount % CHIME_POST_AHEAD];
-    if (l->pcount >= CHIME_POST_AHEAD && (*slot)->period == 0) {
+    struct chime_task **slot =
+        &l->post.recent[l->post.count % CHIME_POST_AHEAD];
+    if (l->post.count >= CHIME_POST_AHEAD && (*slot)->period == 0) {
         (*slot)->period = (int64_t)(intptr_t)t;
         (*slot)->flags |= CHIME_TF_AHEAD;
     }
     *slot = t;
-    l->pcount++;
+    l->post.count++;
     if (sched)
-        l->psubmitted++;
+        l->post.submitted++;
     chime__ready_wake(l);
     chime__ready_punlock(l);
     return 0;
@@ -143,7 +144,7 @@ chime__post_push(struct chime_loop *l, chime_task_fn fn, void *arg, bool sched)
 bool
 chime__post_any(struct chime_loop *l)
 {
-    return atomic_load_explicit(&l->phead, memory_order_relaxed) != NULL;
+    return atomic_load_explicit(&l->post.head, memory_order_relaxed) != NULL;
 }
 
 bool
@@ -151,7 +152,8 @@ chime__post_any_locked(struct chime_loop *l)
 {
     CHIME_ASSERT_HELD(&l->mu);
     chime__ready_plock(l);
-    bool any = atomic_load_explicit(&l->phead, memory_order_relaxed) != NULL;
+    bool any =
+        atomic_load_explicit(&l->post.head, memory_order_relaxed) != NULL;
     chime__ready_punlock(l);
     return any;
 }
@@ -168,12 +170,12 @@ chime__post_recycle_locked(struct chime_loop *l, struct chime_task *t)
      * order they were used, which keeps consecutive posts in nearby
      * memory. */
     *chime__node_link(t) = NULL;
-    if (l->cfree == NULL)
-        l->cfree = t;
+    if (l->taken.free == NULL)
+        l->taken.free = t;
     else
-        *chime__node_link(l->cfree_last) = t;
-    l->cfree_last = t;
-    l->ncfree++;
+        *chime__node_link(l->taken.free_last) = t;
+    l->taken.free_last = t;
+    l->taken.nfree++;
     chime__node_dispose(t);
 }
 
@@ -192,10 +194,10 @@ chime__post_flush_locked(struct chime_loop *l, struct chime_task **garbage)
     CHIME_ASSERT_HELD(&l->mu);
     chime__ready_ptake_locked(l);
     size_t before = l->tasks;
-    while (l->cposts != NULL) {
-        struct chime_task *t = l->cposts;
-        l->cposts = t->next;
-        l->ncposts--;
+    while (l->taken.head != NULL) {
+        struct chime_task *t = l->taken.head;
+        l->taken.head = t->next;
+        l->taken.n--;
         int64_t deadline = (t->flags & CHIME_TF_AHEAD) ? 0 : t->period;
         t->flags &= (uint8_t)~CHIME_TF_AHEAD;
         t->period = 0;
@@ -206,6 +208,6 @@ chime__post_flush_locked(struct chime_loop *l, struct chime_task **garbage)
             chime__loop_drop_locked(l, t, garbage);
         }
     }
-    l->cposts_last = NULL;
+    l->taken.last = NULL;
     return before - l->tasks;
 }

@@ -189,19 +189,19 @@ signal_locked(struct chime_loop *l, bool force)
 void
 chime__ready_plock(struct chime_loop *l)
 {
-    chime__spin_lock(&l->plock);
+    chime__spin_lock(&l->post.lock);
 }
 
 void
 chime__ready_punlock(struct chime_loop *l)
 {
-    chime__spin_unlock(&l->plock);
+    chime__spin_unlock(&l->post.lock);
 }
 
 void
 chime__ready_wake(struct chime_loop *l)
 {
-    /* plock held (a close seals the list under it before it closes the
+    /* post.lock held (a close seals the list under it before it closes the
      * fd, so the fd written here is open). The load first: while the loop
      * is awake (the common case under load) no atomic write at all. */
     if (atomic_load_explicit(&l->quiet, memory_order_relaxed) &&
@@ -231,7 +231,7 @@ chime__ready_wakeup_locked(struct chime_loop *l)
     l->went_quiet = false;
     if (!atomic_exchange(&l->quiet, false)) {
         /* A producer took the token: it wrote the eventfd (or is about
-         * to, still holding plock). */
+         * to, still holding post.lock). */
         l->signalled = true;
         l->st.wakeups++;
     }
@@ -257,7 +257,7 @@ chime__ready_quiesce_locked(struct chime_loop *l,
     l->went_quiet = true;
     atomic_store(&l->quiet, true);
     /* Look again: a post appended before the declaration was seen by
-     * nobody (its producer found the loop awake). plock orders the two:
+     * nobody (its producer found the loop awake). post.lock orders the two:
      * a producer that appends after this look finds `quiet` set. */
     if (!any_ready(l))
         return true;
@@ -301,12 +301,12 @@ chime__ready_open(struct chime_loop *l)
     /* Idle from the start: the first post takes the token and writes. */
     atomic_init(&l->quiet, true);
     l->went_quiet = true;
-    atomic_init(&l->plock, 0);
-    atomic_init(&l->phead, NULL);
+    atomic_init(&l->post.lock, 0);
+    atomic_init(&l->post.head, NULL);
     atomic_init(&l->has_timers, false);
     CHIME_HB_ATOMIC(&l->quiet);
-    CHIME_HB_ATOMIC(&l->plock);
-    CHIME_HB_ATOMIC(&l->phead);
+    CHIME_HB_ATOMIC(&l->post.lock);
+    CHIME_HB_ATOMIC(&l->post.head);
     CHIME_HB_ATOMIC(&l->has_timers);
     CHIME_HB_ATOMIC(&l->current);
     CHIME_HB_ATOMIC(&l->batch);
@@ -318,10 +318,10 @@ chime__ready_close_locked(struct chime_loop *l)
 {
     CHIME_ASSERT_HELD(&l->mu);
     CHIME_ASSERT(l->closed && l->live == 0 && l->timers.len == 0);
-    CHIME_ASSERT(l->psealed &&
-                 atomic_load_explicit(&l->phead, memory_order_relaxed) ==
+    CHIME_ASSERT(l->post.sealed &&
+                 atomic_load_explicit(&l->post.head, memory_order_relaxed) ==
                      NULL &&
-                 l->cposts == NULL);
+                 l->taken.head == NULL);
     l->head = l->tail = 0;
     chime__free(l->ring);
     l->ring = NULL;
@@ -428,39 +428,39 @@ chime__ready_ptake_locked(struct chime_loop *l)
     CHIME_ASSERT_HELD(&l->mu);
     chime__ready_plock(l);
     struct chime_task *h =
-        atomic_load_explicit(&l->phead, memory_order_relaxed);
-    struct chime_task *last = l->plast;
-    size_t n = l->pcount;
-    uint64_t sub = l->psubmitted;
-    atomic_store_explicit(&l->phead, NULL, memory_order_relaxed);
-    l->plast = NULL;
-    l->pcount = 0;
-    l->psubmitted = 0;
-    if (l->cfree != NULL) {
+        atomic_load_explicit(&l->post.head, memory_order_relaxed);
+    struct chime_task *last = l->post.last;
+    size_t n = l->post.count;
+    uint64_t sub = l->post.submitted;
+    atomic_store_explicit(&l->post.head, NULL, memory_order_relaxed);
+    l->post.last = NULL;
+    l->post.count = 0;
+    l->post.submitted = 0;
+    if (l->taken.free != NULL) {
         /* The finished nodes back to the producers, in one splice, behind
          * the free nodes they have (whose first ones they have fetched
          * already): spliced in front, the nodes this thread just wrote
-         * were the next post's, a cache miss inside plock that kept this
+         * were the next post's, a cache miss inside post.lock that kept this
          * thread spinning outside it. */
-        if (l->pfree == NULL)
-            l->pfree = l->cfree;
+        if (l->post.free == NULL)
+            l->post.free = l->taken.free;
         else
-            *chime__node_link(l->pfree_last) = l->cfree;
-        l->pfree_last = l->cfree_last;
-        l->npfree += l->ncfree;
+            *chime__node_link(l->post.free_last) = l->taken.free;
+        l->post.free_last = l->taken.free_last;
+        l->post.nfree += l->taken.nfree;
     }
     chime__ready_punlock(l);
-    l->cfree = l->cfree_last = NULL;
-    l->ncfree = 0;
-    l->plean = n != 0 && n < LEAN_TAKE;
+    l->taken.free = l->taken.free_last = NULL;
+    l->taken.nfree = 0;
+    l->taken.lean = n != 0 && n < LEAN_TAKE;
     if (h == NULL)
         return;
-    if (l->cposts_last != NULL)
-        l->cposts_last->next = h;
+    if (l->taken.last != NULL)
+        l->taken.last->next = h;
     else
-        l->cposts = h;
-    l->cposts_last = last;
-    l->ncposts += n;
+        l->taken.head = h;
+    l->taken.last = last;
+    l->taken.n += n;
     l->tasks += n;
     l->pst.submitted += sub;
 }
@@ -483,22 +483,22 @@ chime__ready_pop_locked(struct chime_loop *l, int64_t *deadline,
         }
     }
     /* Posts come after everything in the ring. */
-    if (l->cposts == NULL) {
-        if (l->plean != 0) { /* see LEAN_TAKE */
+    if (l->taken.head == NULL) {
+        if (l->taken.lean != 0) { /* see LEAN_TAKE */
             for (unsigned i = 0; i < LEAN_WAIT; i++)
                 chime__cpu_pause();
         }
         chime__ready_ptake_locked(l);
     }
-    struct chime_task *t = l->cposts;
+    struct chime_task *t = l->taken.head;
     if (t == NULL)
         return NULL;
-    l->cposts = t->next;
-    if (l->cposts == NULL)
-        l->cposts_last = NULL;
+    l->taken.head = t->next;
+    if (l->taken.head == NULL)
+        l->taken.last = NULL;
     else
-        __builtin_prefetch(l->cposts); /* written by a producer */
-    l->ncposts--;
+        __builtin_prefetch(l->taken.head); /* written by a producer */
+    l->taken.n--;
     if (t->flags & CHIME_TF_AHEAD) {
         /* A post: its deadline is 0, and its period field the address of
          * a post further down the list (post.c): fetch it now. */
@@ -572,16 +572,16 @@ chime__ready_take_locked(struct chime_loop *l, bool periodic_only,
     /* Posts: the binding's from now on (counted in `tasks`, which the
      * caller's drops undo). A closed binding seals the list in the same
      * critical section: no post joins it afterwards, and none is still
-     * writing to the fd (ready_wake holds plock). */
+     * writing to the fd (ready_wake holds post.lock). */
     if (l->closed) {
         chime__ready_plock(l);
-        l->psealed = true;
+        l->post.sealed = true;
         chime__ready_punlock(l);
     }
     chime__ready_ptake_locked(l);
-    struct chime_task *t = l->cposts;
-    l->cposts = l->cposts_last = NULL;
-    l->ncposts = 0;
+    struct chime_task *t = l->taken.head;
+    l->taken.head = l->taken.last = NULL;
+    l->taken.n = 0;
     while (t != NULL) {
         struct chime_task *next = t->next;
         t->period = 0;

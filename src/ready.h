@@ -52,9 +52,9 @@ int chime__ready_append_locked(struct chime_loop *l, struct chime_task *t,
                                int64_t deadline, int64_t timeout);
 /* Takes a READY task out of the ring (a tombstone stays). */
 void chime__ready_unqueue_locked(struct chime_loop *l, struct chime_task *t);
-/* Takes the post list whole onto cposts (counted in tasks and, for
+/* Takes the post list whole onto taken.head (counted in tasks and, for
  * delay-0 schedules, in submitted) and hands the finished post nodes
- * (cfree) back to the producers. */
+ * (taken.free) back to the producers. */
 void chime__ready_ptake_locked(struct chime_loop *l);
 /* The next ready task and its deadline: the ring's head, else the first
  * post taken from the post list; NULL if there is none. */
