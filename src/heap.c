@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* The pool's queue: the array heap, and which tier takes a push and holds
- * the head (heap.h has the design notes; heap_near.c the buckets and runs,
- * heap_far.c the far run).
+/* The pool's queue: the array heap, which tier takes a push, and the three
+ * tiers' fronts, of which the earliest is the head (heap.h has the design
+ * notes; heap_near.c sorts a bucket into a run, heap_far.c makes room in
+ * the far run). The fronts are here, not in those files, because every
+ * push, peek, pop and cancel reads them: one operation reads in one file.
  *
  * Design notes
  * - The head is the earliest of three fronts: the array's slot 0, the
@@ -47,6 +49,217 @@ detached_word(const struct chime_task *t)
 
 static void trim(chime_heap *h);
 static chime_heap_slot *front(chime_heap *h);
+
+/* ---- The tiers' fronts: every peek, push and pop reads them ---- */
+
+/* In a bucket (not the array, not a run, not the far run). */
+static inline bool
+in_near(const struct chime_task *t)
+{
+    return (t->heap_index & FAR_KIND) == CHIME_NEAR_FLAG;
+}
+
+/* In the far run. */
+static inline bool
+in_far(const struct chime_task *t)
+{
+    return (t->heap_index & FAR_KIND) == (CHIME_NEAR_FLAG | CHIME_FAR_BIT);
+}
+
+/* In a sorted run. */
+static inline bool
+in_run(const struct chime_task *t)
+{
+    return (t->heap_index & (CHIME_NEAR_FLAG | CHIME_NEAR_RUN)) ==
+               (CHIME_NEAR_FLAG | CHIME_NEAR_RUN) &&
+           t->heap_index != CHIME_HEAP_NONE;
+}
+
+/* Drops the tombstones at the far run's front (an empty run starts again
+ * at 0): is an entry left? */
+static inline bool
+far_skip(chime_heap *h)
+{
+    while (h->far.pos < h->far.n && FAR_DEAD(h->far.v[h->far.pos])) {
+        h->far.pos++;
+        h->far_lazy--;
+    }
+    if (h->far.pos < h->far.n)
+        return true;
+    h->far.pos = h->far.n = 0;
+    return false;
+}
+
+/* The far run's first live entry as a slot (h->far_key, valid until the
+ * run changes; tombstones at its front dropped; an empty run starts again
+ * at 0), or NULL. */
+static inline chime_heap_slot *
+far_front(chime_heap *h)
+{
+    if (!far_skip(h))
+        return NULL;
+    h->far_key =
+        chime__heap_far_slot(chime__heap_far_task(h, h->far.v[h->far.pos]));
+    return &h->far_key;
+}
+
+/* A far entry becomes a tombstone: the run lets go of its task (the run
+ * stays sorted: nothing moves). */
+static inline void
+far_tomb(chime_heap *h, struct chime_task *t)
+{
+    uint32_t i = FAR_I(t->heap_index);
+    CHIME_ASSERT(i >= h->far.pos && i < h->far.n &&
+                 chime__heap_far_task(h, h->far.v[i]) == t);
+    h->far.v[i] = FAR_TOMB;
+    h->far_lazy++;
+    if (i == h->far.pos)
+        (void)far_skip(h); /* cancels in deadline order */
+}
+
+/* Takes the far run's front (its first entry, live) off the heap. */
+static inline void
+far_take(chime_heap *h)
+{
+    struct chime_task *t = chime__heap_far_task(h, h->far.v[h->far.pos]);
+    uint32_t ahead = h->far.pos + 16;
+    if (ahead < h->far.n && !FAR_DEAD(h->far.v[ahead]))
+        __builtin_prefetch(chime__heap_far_task(h, h->far.v[ahead]), 1);
+    h->far.pos++;
+    t->heap_index = CHIME_HEAP_NONE;
+    t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+}
+
+/* A run entry becomes a tombstone: the run lets go of its task. */
+static inline void
+run_tomb(chime_heap *h, struct chime_task *t)
+{
+    uint32_t r = NEAR_B(t->heap_index), i = NEAR_I(t->heap_index);
+    CHIME_ASSERT(i < h->run[r].n && h->run[r].v[i].task == t);
+    h->run[r].v[i].task = TOMB;
+    h->run_lazy++;
+}
+
+/* The first non-empty bucket after near_cur, in time order. */
+static inline uint32_t
+near_first(const chime_heap *h)
+{
+    uint32_t start = (uint32_t)(h->near_cur + 1) & NEAR_MASK;
+    for (uint32_t k = 0; k <= CHIME_NEAR_SLOTS / 64; k++) {
+        uint32_t pos = (start + k * 64) & NEAR_MASK;
+        uint32_t w = pos / 64, off = pos % 64;
+        uint64_t bits = h->near_map[w] >> off;
+        if (off && k < CHIME_NEAR_SLOTS / 64)
+            bits |= h->near_map[(w + 1) % (CHIME_NEAR_SLOTS / 64)]
+                    << (64 - off);
+        if (bits)
+            return (pos + (uint32_t)__builtin_ctzll(bits)) & NEAR_MASK;
+    }
+    CHIME_ASSERT(0);
+    return 0;
+}
+
+/* chime__heap_run_take's body: pop takes a run's front too. */
+static inline void
+run_take_front(chime_heap *h)
+{
+    /* The first run's front: consumed in place. Its tasks are cold
+     * (written by a producer or drained on another core, milliseconds
+     * ago): fetch one a few entries ahead. */
+    uint32_t r = h->run_head;
+    struct chime_task *t = h->run[r].v[h->run[r].pos].task;
+    uint32_t ahead = h->run[r].pos + 24;
+    if (ahead < h->run[r].n)
+        __builtin_prefetch(
+            (void *)((uintptr_t)h->run[r].v[ahead].task & ~(uintptr_t)1), 1);
+    h->run[r].pos++;
+    h->run_n--;
+    t->heap_index = CHIME_HEAP_NONE;
+    t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
+}
+
+/* The first live entry of the first run (consumed tombstones dropped,
+ * exhausted runs retired), or NULL. */
+static chime_heap_slot *
+run_front(chime_heap *h)
+{
+    while (h->run_count != 0) {
+        uint32_t r = h->run_head;
+        while (h->run[r].pos < h->run[r].n &&
+               DETACHED(h->run[r].v[h->run[r].pos])) {
+            h->run[r].pos++;
+            h->run_n--;
+            h->run_lazy--;
+        }
+        if (h->run[r].pos < h->run[r].n)
+            return &h->run[r].v[h->run[r].pos];
+        h->run[r].n = h->run[r].pos = 0;
+        /* Its array goes to the spares (the next bucket that opens takes
+         * the one last consumed: warm), or is freed. */
+        if (h->run[r].v != NULL) {
+            if (h->spare_n < CHIME_NEAR_SPARES) {
+                h->spare[h->spare_n].v = h->run[r].v;
+                h->spare[h->spare_n].cap = h->run[r].cap;
+                h->spare_n++;
+            } else {
+                chime__heap_arr_free(h, h->run[r].v, h->run[r].cap);
+            }
+            h->run[r].v = NULL;
+            h->run[r].cap = 0;
+        }
+        h->run_head = (r + 1) & RUN_MASK;
+        h->run_count--;
+    }
+    return NULL;
+}
+
+struct chime_task *
+chime__heap_run_due(chime_heap *h, int64_t now, int64_t *deadline)
+{
+    if (h->run_count == 0)
+        return NULL;
+    uint32_t r = h->run_head;
+    if (h->run[r].pos >= h->run[r].n)
+        return NULL;
+    chime_heap_slot *f = &h->run[r].v[h->run[r].pos];
+    if (DETACHED(*f) || f->deadline > now)
+        return NULL;
+    if (h->len != 0 && !chime__heap_slot_less(f, &h->slots[0]))
+        return NULL;
+    if (h->far.pos < h->far.n) {
+        uint32_t e = h->far.v[h->far.pos];
+        if (FAR_DEAD(e))
+            return NULL; /* the far run may come first: a full look */
+        chime_heap_slot k = chime__heap_far_slot(chime__heap_far_task(h, e));
+        if (chime__heap_slot_less(&k, f))
+            return NULL;
+    }
+    *deadline = f->deadline;
+    return f->task;
+}
+
+void
+chime__heap_run_prefetch(const chime_heap *h, uint32_t k)
+{
+    /* A worker about to take up to k tasks from the first run's front:
+     * the fetches that run_take makes ahead were made by whichever worker
+     * took the entries before these (into its cache, not this one's). */
+    if (h->run_count == 0)
+        return;
+    uint32_t r = h->run_head;
+    uint32_t end = h->run[r].pos + k;
+    if (end > h->run[r].n)
+        end = h->run[r].n;
+    for (uint32_t i = h->run[r].pos; i < end; i++)
+        __builtin_prefetch(
+            (void *)((uintptr_t)h->run[r].v[i].task & ~(uintptr_t)1), 1);
+}
+
+void
+chime__heap_run_take(chime_heap *h)
+{
+    run_take_front(h);
+}
 
 static inline void
 place(chime_heap *h, uint32_t i, chime_heap_slot s)
@@ -224,7 +437,7 @@ far_push(chime_heap *h, struct chime_task *t, int64_t deadline)
     uint32_t e = chime__slab_handle(t);
     if (e == CHIME_SLAB_NO_HANDLE)
         return 1; /* past the numbered chunks */
-    if (chime__heap_far_skip(h)) {
+    if (far_skip(h)) {
         if (deadline < h->far_last ||
             (deadline == h->far_last && (int32_t)(t->seq - h->far_seq) <= 0))
             return 1; /* earlier than its last entry */
@@ -313,7 +526,7 @@ normalize(chime_heap *h)
     trim(h);
     int64_t now_slot = h->near_hint >> CHIME_NEAR_SHIFT;
     while (h->near_n != 0) {
-        uint32_t b = chime__heap_near_first(h);
+        uint32_t b = near_first(h);
         int64_t sb = h->near_cur + 1 +
                      (int64_t)((b - ((uint32_t)(h->near_cur + 1) & NEAR_MASK)) &
                                NEAR_MASK);
@@ -322,10 +535,10 @@ normalize(chime_heap *h)
             int64_t start = sb * (INT64_C(1) << CHIME_NEAR_SHIFT);
             if (h->len != 0 && h->slots[0].deadline < start)
                 break;
-            chime_heap_slot *rf = chime__heap_run_front(h);
+            chime_heap_slot *rf = run_front(h);
             if (rf != NULL && rf->deadline < start)
                 break;
-            chime_heap_slot *ff = chime__heap_far_front(h);
+            chime_heap_slot *ff = far_front(h);
             if (ff != NULL && ff->deadline < start)
                 break;
         } else if (chime__heap_open_as_run(h, b)) {
@@ -418,10 +631,10 @@ front(chime_heap *h)
 {
     normalize(h);
     chime_heap_slot *best = h->len ? &h->slots[0] : NULL;
-    chime_heap_slot *rf = chime__heap_run_front(h);
+    chime_heap_slot *rf = run_front(h);
     if (rf != NULL && (best == NULL || chime__heap_slot_less(rf, best)))
         best = rf;
-    chime_heap_slot *ff = chime__heap_far_front(h);
+    chime_heap_slot *ff = far_front(h);
     if (ff != NULL && (best == NULL || chime__heap_slot_less(ff, best)))
         best = ff;
     return best;
@@ -445,17 +658,17 @@ chime__heap_peek_deadline(chime_heap *h)
 int64_t
 chime__heap_deadline(const chime_heap *h, const struct chime_task *t)
 {
-    if (chime__heap_in_near(t)) {
+    if (in_near(t)) {
         uint32_t b = NEAR_B(t->heap_index), i = NEAR_I(t->heap_index);
         CHIME_ASSERT(i < h->near[b].n && h->near[b].v[i].task == t);
         return h->near[b].v[i].deadline;
     }
-    if (chime__heap_in_run(t)) {
+    if (in_run(t)) {
         uint32_t r = NEAR_B(t->heap_index), i = NEAR_I(t->heap_index);
         CHIME_ASSERT(i < h->run[r].n && h->run[r].v[i].task == t);
         return h->run[r].v[i].deadline;
     }
-    if (chime__heap_in_far(t)) {
+    if (in_far(t)) {
         uint32_t i = FAR_I(t->heap_index);
         CHIME_ASSERT(i >= h->far.pos && i < h->far.n &&
                      chime__heap_far_task(h, h->far.v[i]) == t);
@@ -491,14 +704,13 @@ void
 chime__heap_remove(chime_heap *h, struct chime_task *t)
 {
     CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
-    if (chime__heap_in_near(t) || chime__heap_in_run(t) ||
-        chime__heap_in_far(t)) {
-        if (chime__heap_in_near(t))
+    if (in_near(t) || in_run(t) || in_far(t)) {
+        if (in_near(t))
             chime__heap_near_take(h, t);
-        else if (chime__heap_in_run(t))
-            chime__heap_run_tomb(h, t); /* a sorted run keeps its order */
+        else if (in_run(t))
+            run_tomb(h, t); /* a sorted run keeps its order */
         else
-            chime__heap_far_tomb(h, t);
+            far_tomb(h, t);
         t->heap_index = CHIME_HEAP_NONE;
         t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
         return;
@@ -516,16 +728,16 @@ chime__heap_remove(chime_heap *h, struct chime_task *t)
 void
 chime__heap_detach(chime_heap *h, struct chime_task *t)
 {
-    if (chime__heap_in_run(t) || chime__heap_in_far(t)) {
-        if (chime__heap_in_run(t))
-            chime__heap_run_tomb(h, t);
+    if (in_run(t) || in_far(t)) {
+        if (in_run(t))
+            run_tomb(h, t);
         else
-            chime__heap_far_tomb(h, t);
+            far_tomb(h, t);
         t->heap_index = CHIME_HEAP_NONE;
         t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
         return;
     }
-    if (chime__heap_in_near(t)) {
+    if (in_near(t)) {
         uint32_t b = NEAR_B(t->heap_index), k = NEAR_I(t->heap_index);
         CHIME_ASSERT(k < h->near[b].n && h->near[b].v[k].task == t);
         h->near[b].v[k].task = detached_word(t);
@@ -555,9 +767,9 @@ chime__heap_pop(chime_heap *h, int64_t *deadline)
         *deadline = f->deadline;
     if (f != &h->slots[0]) {
         if (f == &h->far_key)
-            chime__heap_far_take(h);
+            far_take(h);
         else
-            chime__heap_run_take_front(h);
+            run_take_front(h);
         return t;
     }
     chime__heap_remove(h, t);
@@ -567,16 +779,15 @@ chime__heap_pop(chime_heap *h, int64_t *deadline)
 void
 chime__heap_update(chime_heap *h, struct chime_task *t, int64_t deadline)
 {
-    if (chime__heap_in_near(t) || chime__heap_in_run(t) ||
-        chime__heap_in_far(t)) {
+    if (in_near(t) || in_run(t) || in_far(t)) {
         /* Out of its bucket or run, in again where the new key belongs
          * (room for it was reserved: it cannot fail). */
-        if (chime__heap_in_near(t))
+        if (in_near(t))
             chime__heap_near_take(h, t);
-        else if (chime__heap_in_run(t))
-            chime__heap_run_tomb(h, t);
+        else if (in_run(t))
+            run_tomb(h, t);
         else
-            chime__heap_far_tomb(h, t);
+            far_tomb(h, t);
         t->flags &= (uint8_t)~CHIME_TF_INHEAP;
         int rc = chime__heap_push(h, t, deadline);
         CHIME_ASSERT(rc == 0);

@@ -44,45 +44,10 @@ chime__heap_arr_resize(chime_heap *h, chime_heap_slot *v, uint32_t cap,
     return nv;
 }
 
-static void
-arr_free(chime_heap *h, chime_heap_slot *v, uint32_t cap)
+void
+chime__heap_arr_free(chime_heap *h, chime_heap_slot *v, uint32_t cap)
 {
     chime__arena_free(&h->arena, v, (size_t)cap * sizeof(chime_heap_slot));
-}
-
-/* The first live entry of the first run (consumed tombstones dropped,
- * exhausted runs retired), or NULL. */
-chime_heap_slot *
-chime__heap_run_front(chime_heap *h)
-{
-    while (h->run_count != 0) {
-        uint32_t r = h->run_head;
-        while (h->run[r].pos < h->run[r].n &&
-               DETACHED(h->run[r].v[h->run[r].pos])) {
-            h->run[r].pos++;
-            h->run_n--;
-            h->run_lazy--;
-        }
-        if (h->run[r].pos < h->run[r].n)
-            return &h->run[r].v[h->run[r].pos];
-        h->run[r].n = h->run[r].pos = 0;
-        /* Its array goes to the spares (the next bucket that opens takes
-         * the one last consumed: warm), or is freed. */
-        if (h->run[r].v != NULL) {
-            if (h->spare_n < CHIME_NEAR_SPARES) {
-                h->spare[h->spare_n].v = h->run[r].v;
-                h->spare[h->spare_n].cap = h->run[r].cap;
-                h->spare_n++;
-            } else {
-                arr_free(h, h->run[r].v, h->run[r].cap);
-            }
-            h->run[r].v = NULL;
-            h->run[r].cap = 0;
-        }
-        h->run_head = (r + 1) & RUN_MASK;
-        h->run_count--;
-    }
-    return NULL;
 }
 
 /* Moves v[i] back past the entries before it that come after it (one
@@ -302,7 +267,8 @@ chime__heap_open_as_run(chime_heap *h, uint32_t b)
          * it grows on push. */
         if (h->spare_n != 0) {
             h->spare_n--;
-            arr_free(h, h->spare[h->spare_n].v, h->spare[h->spare_n].cap);
+            chime__heap_arr_free(h, h->spare[h->spare_n].v,
+                                 h->spare[h->spare_n].cap);
         }
         h->near[b].v = chime__heap_arr_resize(h, NULL, 0, &ncap);
         h->near[b].cap = h->near[b].v != NULL ? ncap : 0;
@@ -340,65 +306,17 @@ chime__heap_near_take(chime_heap *h, struct chime_task *t)
         h->near_map[b / 64] &= ~(UINT64_C(1) << (b % 64));
 }
 
-struct chime_task *
-chime__heap_run_due(chime_heap *h, int64_t now, int64_t *deadline)
-{
-    if (h->run_count == 0)
-        return NULL;
-    uint32_t r = h->run_head;
-    if (h->run[r].pos >= h->run[r].n)
-        return NULL;
-    chime_heap_slot *f = &h->run[r].v[h->run[r].pos];
-    if (DETACHED(*f) || f->deadline > now)
-        return NULL;
-    if (h->len != 0 && !chime__heap_slot_less(f, &h->slots[0]))
-        return NULL;
-    if (h->far.pos < h->far.n) {
-        uint32_t e = h->far.v[h->far.pos];
-        if (FAR_DEAD(e))
-            return NULL; /* the far run may come first: a full look */
-        chime_heap_slot k = chime__heap_far_slot(chime__heap_far_task(h, e));
-        if (chime__heap_slot_less(&k, f))
-            return NULL;
-    }
-    *deadline = f->deadline;
-    return f->task;
-}
-
-void
-chime__heap_run_prefetch(const chime_heap *h, uint32_t k)
-{
-    /* A worker about to take up to k tasks from the first run's front:
-     * the fetches that run_take makes ahead were made by whichever worker
-     * took the entries before these (into its cache, not this one's). */
-    if (h->run_count == 0)
-        return;
-    uint32_t r = h->run_head;
-    uint32_t end = h->run[r].pos + k;
-    if (end > h->run[r].n)
-        end = h->run[r].n;
-    for (uint32_t i = h->run[r].pos; i < end; i++)
-        __builtin_prefetch(
-            (void *)((uintptr_t)h->run[r].v[i].task & ~(uintptr_t)1), 1);
-}
-
-void
-chime__heap_run_take(chime_heap *h)
-{
-    chime__heap_run_take_front(h);
-}
-
 void
 chime__heap_near_free(chime_heap *h)
 {
     for (uint32_t b = 0; b < CHIME_NEAR_SLOTS; b++)
-        arr_free(h, h->near[b].v, h->near[b].cap);
+        chime__heap_arr_free(h, h->near[b].v, h->near[b].cap);
     if (h->run != NULL)
         for (uint32_t r = 0; r < CHIME_NEAR_RUNS; r++)
-            arr_free(h, h->run[r].v, h->run[r].cap);
+            chime__heap_arr_free(h, h->run[r].v, h->run[r].cap);
     chime__free(h->run);
     for (uint32_t k = 0; k < h->spare_n; k++)
-        arr_free(h, h->spare[k].v, h->spare[k].cap);
+        chime__heap_arr_free(h, h->spare[k].v, h->spare[k].cap);
     chime__free(h->scratch);
 }
 

@@ -61,29 +61,6 @@ chime__heap_slot_less(const chime_heap_slot *a, const chime_heap_slot *b)
 #define FAR_MAX (CHIME_FAR_BIT - 1u)
 #define FAR_KIND (CHIME_NEAR_FLAG | CHIME_NEAR_RUN | CHIME_FAR_BIT)
 
-/* In a bucket (not the array, not a run, not the far run). */
-static inline bool
-chime__heap_in_near(const struct chime_task *t)
-{
-    return (t->heap_index & FAR_KIND) == CHIME_NEAR_FLAG;
-}
-
-/* In the far run. */
-static inline bool
-chime__heap_in_far(const struct chime_task *t)
-{
-    return (t->heap_index & FAR_KIND) == (CHIME_NEAR_FLAG | CHIME_FAR_BIT);
-}
-
-/* In a sorted run. */
-static inline bool
-chime__heap_in_run(const struct chime_task *t)
-{
-    return (t->heap_index & (CHIME_NEAR_FLAG | CHIME_NEAR_RUN)) ==
-               (CHIME_NEAR_FLAG | CHIME_NEAR_RUN) &&
-           t->heap_index != CHIME_HEAP_NONE;
-}
-
 /* A far entry: a task's slab handle, or a tombstone. */
 #define FAR_TOMB CHIME_SLAB_NO_HANDLE
 #define FAR_DEAD(e) ((e) == FAR_TOMB)
@@ -105,21 +82,6 @@ chime__heap_far_slot(struct chime_task *t)
     return s;
 }
 
-/* Drops the tombstones at the far run's front (an empty run starts again
- * at 0): is an entry left? */
-static inline bool
-chime__heap_far_skip(chime_heap *h)
-{
-    while (h->far.pos < h->far.n && FAR_DEAD(h->far.v[h->far.pos])) {
-        h->far.pos++;
-        h->far_lazy--;
-    }
-    if (h->far.pos < h->far.n)
-        return true;
-    h->far.pos = h->far.n = 0;
-    return false;
-}
-
 /* A filtered-out task leaves the heap onto *removed (its link overwrites
  * seq and heap_index). */
 static inline void
@@ -130,97 +92,6 @@ chime__heap_hand_out(struct chime_task *t, struct chime_task **removed)
     *removed = t;
 }
 
-/* The tiers' small steps on the hot paths (peek, pop, cancel), inline
- * here rather than calls into heap_near.c and heap_far.c. */
-
-/* The far run's first live entry as a slot (h->far_key, valid until the
- * run changes; tombstones at its front dropped; an empty run starts again
- * at 0), or NULL. */
-static inline chime_heap_slot *
-chime__heap_far_front(chime_heap *h)
-{
-    if (!chime__heap_far_skip(h))
-        return NULL;
-    h->far_key =
-        chime__heap_far_slot(chime__heap_far_task(h, h->far.v[h->far.pos]));
-    return &h->far_key;
-}
-
-/* A far entry becomes a tombstone: the run lets go of its task (the run
- * stays sorted: nothing moves). */
-static inline void
-chime__heap_far_tomb(chime_heap *h, struct chime_task *t)
-{
-    uint32_t i = FAR_I(t->heap_index);
-    CHIME_ASSERT(i >= h->far.pos && i < h->far.n &&
-                 chime__heap_far_task(h, h->far.v[i]) == t);
-    h->far.v[i] = FAR_TOMB;
-    h->far_lazy++;
-    if (i == h->far.pos)
-        (void)chime__heap_far_skip(h); /* cancels in deadline order */
-}
-
-/* Takes the far run's front (its first entry, live) off the heap. */
-static inline void
-chime__heap_far_take(chime_heap *h)
-{
-    struct chime_task *t = chime__heap_far_task(h, h->far.v[h->far.pos]);
-    uint32_t ahead = h->far.pos + 16;
-    if (ahead < h->far.n && !FAR_DEAD(h->far.v[ahead]))
-        __builtin_prefetch(chime__heap_far_task(h, h->far.v[ahead]), 1);
-    h->far.pos++;
-    t->heap_index = CHIME_HEAP_NONE;
-    t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
-}
-
-/* A run entry becomes a tombstone: the run lets go of its task. */
-static inline void
-chime__heap_run_tomb(chime_heap *h, struct chime_task *t)
-{
-    uint32_t r = NEAR_B(t->heap_index), i = NEAR_I(t->heap_index);
-    CHIME_ASSERT(i < h->run[r].n && h->run[r].v[i].task == t);
-    h->run[r].v[i].task = TOMB;
-    h->run_lazy++;
-}
-
-/* The first non-empty bucket after near_cur, in time order. */
-static inline uint32_t
-chime__heap_near_first(const chime_heap *h)
-{
-    uint32_t start = (uint32_t)(h->near_cur + 1) & NEAR_MASK;
-    for (uint32_t k = 0; k <= CHIME_NEAR_SLOTS / 64; k++) {
-        uint32_t pos = (start + k * 64) & NEAR_MASK;
-        uint32_t w = pos / 64, off = pos % 64;
-        uint64_t bits = h->near_map[w] >> off;
-        if (off && k < CHIME_NEAR_SLOTS / 64)
-            bits |= h->near_map[(w + 1) % (CHIME_NEAR_SLOTS / 64)]
-                    << (64 - off);
-        if (bits)
-            return (pos + (uint32_t)__builtin_ctzll(bits)) & NEAR_MASK;
-    }
-    CHIME_ASSERT(0);
-    return 0;
-}
-
-/* chime__heap_run_take's body: pop takes a run's front too. */
-static inline void
-chime__heap_run_take_front(chime_heap *h)
-{
-    /* The first run's front: consumed in place. Its tasks are cold
-     * (written by a producer or drained on another core, milliseconds
-     * ago): fetch one a few entries ahead. */
-    uint32_t r = h->run_head;
-    struct chime_task *t = h->run[r].v[h->run[r].pos].task;
-    uint32_t ahead = h->run[r].pos + 24;
-    if (ahead < h->run[r].n)
-        __builtin_prefetch(
-            (void *)((uintptr_t)h->run[r].v[ahead].task & ~(uintptr_t)1), 1);
-    h->run[r].pos++;
-    h->run_n--;
-    t->heap_index = CHIME_HEAP_NONE;
-    t->flags &= (uint8_t) ~(CHIME_TF_INHEAP | CHIME_TF_LAZY);
-}
-
 /* ---- heap_near.c: the near window's buckets and the sorted runs ---- */
 
 /* A new size for a bucket's or run's array v (cap slots, NULL: none):
@@ -228,14 +99,13 @@ chime__heap_run_take_front(chime_heap *h)
  * (*ncap then says how many); NULL if no memory, v untouched. */
 chime_heap_slot *chime__heap_arr_resize(chime_heap *h, chime_heap_slot *v,
                                         uint32_t cap, uint32_t *ncap);
+/* Gives a bucket's or run's array (cap slots) back to the arena. */
+void chime__heap_arr_free(chime_heap *h, chime_heap_slot *v, uint32_t cap);
 /* Takes the bucket entry of t out (t's flags untouched). */
 void chime__heap_near_take(chime_heap *h, struct chime_task *t);
 /* Bucket b, whose time has come, becomes a sorted run; false (nothing
  * done) if the runs' ring is full and its last run cannot grow. */
 bool chime__heap_open_as_run(chime_heap *h, uint32_t b);
-/* The first live entry of the first run, or NULL (consumed tombstones
- * dropped, exhausted runs retired). */
-chime_heap_slot *chime__heap_run_front(chime_heap *h);
 /* The buckets' and runs' parts of chime__heap_free, _each, _filter (how
  * many left) and _check (0 or -1). */
 void chime__heap_near_free(chime_heap *h);
