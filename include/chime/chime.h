@@ -459,6 +459,12 @@ typedef struct chime_pool_options {
     /** The seed of chime_task_set_jitter()'s draws; 0 (the default): a
      * random one per pool. */
     uint64_t jitter_seed;
+
+    /** The window of the pool's tasks without one of their own
+     * (chime_task_set_slack()): each may run up to slack_ns after its
+     * deadline, so that a worker's wake-up serves several. 0 (the
+     * default): exact. Must be >= 0. */
+    int64_t slack_ns;
 } chime_pool_options;
 
 /**
@@ -1006,6 +1012,60 @@ CHIME_EXPORT int chime_task_set_missed_tick(chime_task *task,
  */
 CHIME_EXPORT int chime_task_set_jitter(chime_task *task, int64_t max_ns,
                                        double fraction, unsigned flags);
+
+/** chime_task_set_slack() flag (and chime_loop_options.slack_flags): the
+ * task never wakes its loop by itself. It runs at the binding's first
+ * dispatch at or after its deadline, whatever that dispatch is for (a
+ * post, another task's timer, the adapter's per-iteration hook, see
+ * chime_loop_poll()), and at the end of its window if none came by then;
+ * with a window of CHIME_FOREVER, only then. Loop tasks only: on a pool
+ * task the flag is -EINVAL. */
+#define CHIME_SLACK_DEFERRABLE 1u
+
+/**
+ * @brief Gives a task a window: it may run anywhere in [deadline,
+ * deadline + slack_ns], never before its deadline and never after the
+ * window's end (plus the scheduling latency of the machine), so that one
+ * wake-up serves many tasks.
+ *
+ * The binding (or the pool's worker) sleeps until the latest time that
+ * still meets every pending window's end, and one wake-up runs every task
+ * whose window has opened. A one-shot touched (chime_task_touch) or
+ * re-armed to a later deadline costs no wake-up at its old deadline: its
+ * window moves with it. Without a window (slack 0, the default) a task is
+ * exact: the timer fires at its deadline, as before.
+ *
+ * Applies to the pending run if it has not been found due yet, and to
+ * every later run of a periodic task (each run's window starts at that
+ * run's deadline, jitter included; a fixed-rate grid does not drift
+ * because of the window). A task without a call of its own takes its
+ * binding's default (chime_loop_options.slack_ns, .slack_flags) or its
+ * pool's (chime_pool_options.slack_ns), read when it is scheduled.
+ *
+ * When to use one, and what none costs: docs/loop-integration.md,
+ * "Windows and deferrable timers". An idle timeout of seconds loses
+ * nothing with a window of 1-10 % of it; a timer whose exact time is the
+ * point (a protocol's retransmission) keeps slack 0.
+ * @param task The task (pool or loop, one-shot or periodic).
+ * @param slack_ns The window's length in ns (>= 0), or CHIME_FOREVER
+ * with CHIME_SLACK_DEFERRABLE (no end: the task waits for another reason
+ * to dispatch).
+ * @param flags 0 or CHIME_SLACK_DEFERRABLE.
+ * @retval 0 Success.
+ * @retval -EINVAL task NULL, slack_ns < 0 other than CHIME_FOREVER with
+ * CHIME_SLACK_DEFERRABLE, unknown flags, or CHIME_SLACK_DEFERRABLE on a
+ * pool task.
+ * @retval -EALREADY The task has completed.
+ * @retval -ENOMEM Out of memory.
+ * @retval -ECHILD After fork.
+ * @par Thread-safety:
+ * Any thread, including the task's own callback.
+ */
+CHIME_EXPORT int chime_task_set_slack(chime_task *task, int64_t slack_ns,
+                                      unsigned flags);
+/** Defined when chime_task_set_slack(), the options' slack_ns and
+ * chime_loop_poll() exist. */
+#define CHIME_HAVE_SLACK 1
 
 /**
  * @brief Periodic with a fixed delay.
@@ -1692,6 +1752,13 @@ typedef struct chime_loop_options {
      * default): not named; the first thread to dispatch becomes the loop
      * thread unless one is named later. */
     const pthread_t *thread;
+    /** The window of the binding's tasks without one of their own
+     * (chime_task_set_slack()), read when each is scheduled: a server sets
+     * it once. 0 (the default): exact. Must be >= 0, or CHIME_FOREVER with
+     * CHIME_SLACK_DEFERRABLE in slack_flags. */
+    int64_t slack_ns;
+    /** 0 or CHIME_SLACK_DEFERRABLE, for the same tasks. */
+    unsigned slack_flags;
 } chime_loop_options;
 
 /**
@@ -1794,6 +1861,27 @@ CHIME_EXPORT int chime_loop_set_thread_id(chime_loop *loop, pthread_t thread);
  * The loop thread (the callbacks it runs), no chime lock held.
  */
 CHIME_EXPORT int chime_loop_dispatch(chime_loop *loop);
+
+/**
+ * @brief The host loop woke up (for I/O, or anything): runs the binding's
+ * tasks whose window has opened, if any, so that deferrable and windowed
+ * tasks ride that wake-up instead of causing one of their own.
+ *
+ * Costs a clock read and a comparison when nothing is due (no lock, no
+ * system call); otherwise it is chime_loop_dispatch(). The libuv, libev
+ * and GLib adapters call it on every iteration of their loop (a
+ * prepare/check hook); with libevent 2.1, which has none, or a loop of
+ * your own, call it where your loop wakes (after epoll_wait returns, or
+ * at the end of a read callback). Calling it is never needed for
+ * correctness: every window's end still wakes the loop.
+ * @return How many callbacks ran (>= 0), or as chime_loop_dispatch()
+ * (-EPERM, -EBUSY and -ECHILD as there; -ESHUTDOWN: closed).
+ * @par Thread-safety:
+ * Loop thread only.
+ * @par Runs on:
+ * The loop thread (the callbacks it runs), no chime lock held.
+ */
+CHIME_EXPORT int chime_loop_poll(chime_loop *loop);
 
 /**
  * @brief Hands fn(arg) to the loop thread.
@@ -1906,12 +1994,20 @@ typedef struct chime_loop_stats {
     uint64_t touch_requeues; /**< expiries that moved on instead of running:
                                 activity since their arming (touch), or a
                                 queued one-shot re-armed to later */
+
     /** Lateness histogram of the loop's timer runs (start - deadline, the
      * start taken when the dispatch took its batch), as
      * chime_pool_stats.lateness; posts have no deadline and are not
      * counted. */
     uint64_t lateness[CHIME_LATENESS_BUCKETS];
     uint64_t lateness_sum_ns; /**< the sum of those runs' lateness */
+    uint64_t timer_fires;     /**< timerfd expirations read by a dispatch:
+                                 the wake-ups the binding's timers caused */
+    uint64_t timer_dispatches; /**< dispatches that found timer work (tasks
+                                  whose window opened, or touched ones to
+                                  move on) and no post */
+    uint64_t polls;            /**< chime_loop_poll() calls */
+    uint64_t poll_runs;        /**< of them, those that ran something */
 } chime_loop_stats;
 
 /**
