@@ -540,7 +540,7 @@ chime_task_set_slack(chime_task *t, int64_t slack_ns, unsigned flags)
     }
     rc = chime__slack_set(t, slack_ns, flags);
     if (rc == 0 && l != NULL)
-        chime__timers_slack_locked(l, t);
+        chime__timers_window_changed_locked(l, t);
     else if (rc == 0)
         chime__pool_slack_locked(p, slack_ns);
     pthread_mutex_unlock(l ? &l->mu : &p->mu);

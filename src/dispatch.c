@@ -318,9 +318,11 @@ run_batches_locked(struct dispatch *d)
 static bool
 work_left_locked(struct chime_loop *l, struct chime_pool *p)
 {
+    /* A timer whose window has opened may wait: only one whose window
+     * ends now needs another dispatch. */
     return l->live != 0 || l->taken.head != NULL || chime__post_any(l) ||
            (l->timers.len != 0 &&
-            l->timers.slots[0].deadline <= chime__pool_now(p));
+            chime__window_due_locked(l, chime__pool_now(p)));
 }
 
 /* Watches the post list a moment, loop->mu released, before the binding
@@ -335,18 +337,18 @@ watch_posts(struct chime_loop *l)
     CHIME_LOCK_LOOP(&l->mu);
 }
 
-/* The end of a dispatch (loop->mu held): the timerfd armed for the
- * earliest timer, the binding no longer dispatching. */
+/* The end of a dispatch (loop->mu held): the timerfd armed for the next
+ * window's end (window.c), the binding no longer dispatching. */
 static void
-end_dispatch_locked(struct chime_loop *l)
+end_dispatch_locked(struct chime_loop *l, bool ran_timers)
 {
     if (!l->closed) {
         if (l->timers.len == 0 &&
             atomic_load_explicit(&l->has_timers, memory_order_relaxed))
             atomic_store_explicit(&l->has_timers, false, memory_order_relaxed);
-        if (l->timers.len != 0 || l->wake_at != INT64_MAX)
-            /* The timerfd for the next window's end (window.c). */
-            chime__window_arm_locked(l, chime__pool_now(l->pool));
+        if (l->timers.len != 0 || l->wake_at != INT64_MAX ||
+            l->armed != INT64_MAX)
+            chime__window_arm_locked(l, chime__pool_now(l->pool), ran_timers);
     }
     l->dispatching = false;
 }
@@ -403,7 +405,7 @@ chime_loop_dispatch(chime_loop *l)
     }
     if (d.timer_work != 0 && d.posts == 0)
         l->st.timer_dispatches++;
-    end_dispatch_locked(l);
+    end_dispatch_locked(l, d.timer_work != 0);
     pthread_mutex_unlock(&l->mu);
     chime__free_garbage(d.garbage);
     if (d.dropped != 0)

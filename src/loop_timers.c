@@ -627,7 +627,7 @@ chime__ready_deadline_locked(struct chime_loop *l, struct chime_task *t,
 }
 
 void
-chime__timers_slack_locked(struct chime_loop *l, struct chime_task *t)
+chime__timers_window_changed_locked(struct chime_loop *l, struct chime_task *t)
 {
     CHIME_ASSERT_HELD(&l->mu);
     if (chime__task_state(t) != CHIME_TASK_PENDING ||

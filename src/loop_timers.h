@@ -86,8 +86,10 @@ int chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
 int chime__timers_delay_locked(struct chime_loop *l, struct chime_task *t,
                                int64_t by);
 
-/* t's window changed (chime_task_set_slack): a queued timer's slot takes
- * it now, and the binding's wake-up moves earlier if it must. */
-void chime__timers_slack_locked(struct chime_loop *l, struct chime_task *t);
+/* t's window changed (chime_task_set_slack), or its activity moved back
+ * (chime_task_touch_at): a queued timer's slot takes its window now, and
+ * the binding's wake-up moves earlier if it must. */
+void chime__timers_window_changed_locked(struct chime_loop *l,
+                                         struct chime_task *t);
 
 #endif

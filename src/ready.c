@@ -353,9 +353,12 @@ chime__ready_arm_locked(struct chime_loop *l, int64_t deadline)
     CHIME_ASSERT_HELD(&l->mu);
     if (l->tfd < 0)
         return;
-    struct itimerspec its = {.it_value = chime__abs_timespec(deadline)};
-    if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
-        its.it_value.tv_nsec = 1; /* zero would disarm */
+    struct itimerspec its = {.it_value = {0, 0}}; /* INT64_MAX: disarm */
+    if (deadline != INT64_MAX) {
+        its.it_value = chime__abs_timespec(deadline);
+        if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+            its.it_value.tv_nsec = 1; /* zero would disarm */
+    }
     timerfd_settime(l->tfd, TFD_TIMER_ABSTIME, &its, NULL);
     l->armed = deadline;
     l->st.timer_arms++;

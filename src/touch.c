@@ -41,23 +41,18 @@ touch_check(chime_task *t)
 }
 
 /* A touch that moved the activity back (chime_task_touch_at with an
- * earlier time than the last): the timer's deadline stays floored at its
- * heap key, which may now be due. With the system clock the binding's
- * timerfd is armed for that key anyway; with a custom clock a binding is
- * made readable when the clock moves (chime_pool_clock_changed), which
- * judged by the later activity: look again, under the binding's lock. */
+ * earlier time than the last one): the timer may now be due before the
+ * binding's wake-up, which counted from the later activity (window.c).
+ * Under the binding's lock, its window is looked at again: the wake-up
+ * moves earlier (the timerfd, or the eventfd if it is due now). */
 static void
 touched_back(chime_task *t)
 {
-    struct chime_pool *p = chime__task_pool(t);
-    if (p->clock == NULL)
-        return;
     struct chime_loop *l = chime__task_loop(t);
     CHIME_LOCK_LOOP(&l->mu);
     if (!l->closed && (t->flags & CHIME_TF_INHEAP) &&
-        !chime__state_is_final(chime__task_state(t)) &&
-        chime__timers_deadline_locked(l, t) <= chime__pool_now(p))
-        chime__ready_signal_locked(l);
+        !chime__state_is_final(chime__task_state(t)))
+        chime__timers_window_changed_locked(l, t);
     pthread_mutex_unlock(&l->mu);
 }
 

@@ -76,12 +76,14 @@ chime__window_note_locked(struct chime_loop *l, int64_t start, int64_t end,
     CHIME_ASSERT_HELD(&l->mu);
     if (start < atomic_load_explicit(&l->poll_at, memory_order_relaxed))
         atomic_store_explicit(&l->poll_at, start, memory_order_relaxed);
+    if (end < l->wake_at)
+        l->wake_at = end; /* a running dispatch looks at it before it ends */
     if (end <= now) {
         chime__ready_signal_locked(l);
         return;
     }
-    if (end < l->wake_at)
-        l->wake_at = end;
+    if (l->wake_at <= now)
+        return; /* a dispatch is due (or running) and computes the next */
     if (l->wake_at < l->armed && l->pool->clock == NULL)
         chime__ready_arm_locked(l, l->wake_at);
 }
@@ -125,27 +127,36 @@ scan_pop(struct chime_wake_scan *w)
 }
 
 /* The earliest window end among the slots, walking the heap in key order
- * (see above); a cancelled task kept until its deadline has none. */
+ * (see above); a cancelled task kept until its deadline has none. Also the
+ * earliest real deadline (*start), or a lower bound of it. */
 static int64_t
-earliest_end(struct chime_loop *l)
+earliest_end(struct chime_loop *l, int64_t *start)
 {
     chime_timer_heap *h = &l->timers;
     const chime_timer_heap_slot *r = &h->slots[0];
-    int64_t best = chime__state_is_final(chime__task_state(r->task))
-                       ? INT64_MAX
-                       : chime__sat_add(slot_due(r), r->slack);
+    int64_t best = INT64_MAX;
+    *start = INT64_MAX;
+    if (!chime__state_is_final(chime__task_state(r->task))) {
+        *start = slot_due(r);
+        best = chime__sat_add(*start, r->slack);
+    }
     /* Exact tasks, or one window for all: no child starts before it. */
     int64_t first = INT64_MAX; /* the children's earliest key */
     for (uint32_t c = 1; c <= 4 && c < h->len; c++)
         if (h->slots[c].deadline < first)
             first = h->slots[c].deadline;
-    if (first >= best)
+    if (first >= best) {
+        if (first < *start)
+            *start = first;
         return best;
+    }
     if (l->scan == NULL)
         l->scan = chime__malloc(sizeof(*l->scan));
     struct chime_wake_scan *w = l->scan;
-    if (w == NULL)
+    if (w == NULL) {
+        *start = r->deadline;
         return first; /* no end below it is possible: early, so safe */
+    }
     w->n = 0;
     for (uint32_t c = 1; c <= 4 && c < h->len; c++)
         if (h->slots[c].deadline < best)
@@ -162,14 +173,21 @@ earliest_end(struct chime_loop *l)
         uint32_t i = scan_pop(w);
         const chime_timer_heap_slot *s = &h->slots[i];
         if (!chime__state_is_final(chime__task_state(s->task))) {
-            int64_t end = chime__sat_add(slot_due(s), s->slack);
+            int64_t due = slot_due(s);
+            int64_t end = chime__sat_add(due, s->slack);
             if (end < best)
                 best = end;
+            if (due < *start)
+                *start = due;
         }
         for (uint32_t c = 4 * i + 1; c <= 4 * i + 4 && c < h->len; c++)
             if (h->slots[c].deadline < best)
                 scan_push(w, h->slots[c].deadline, c);
     }
+    /* Unvisited slots start at or after the key the walk stopped at, which
+     * is at or after best. */
+    if (best < *start)
+        *start = best;
     return best;
 }
 
@@ -182,25 +200,29 @@ rewake_locked(struct chime_loop *l)
         atomic_store_explicit(&l->poll_at, INT64_MAX, memory_order_relaxed);
         return;
     }
-    l->wake_at = earliest_end(l);
-    atomic_store_explicit(&l->poll_at, l->timers.slots[0].deadline,
-                          memory_order_relaxed);
+    int64_t start;
+    l->wake_at = earliest_end(l, &start);
+    atomic_store_explicit(&l->poll_at, start, memory_order_relaxed);
 }
 
 void
-chime__window_arm_locked(struct chime_loop *l, int64_t now)
+chime__window_arm_locked(struct chime_loop *l, int64_t now, bool ran)
 {
     CHIME_ASSERT_HELD(&l->mu);
-    if (l->wake_at <= now)
+    /* Computed anew when it has passed, when the dispatch ran or moved
+     * timers (the ones it was set for may be gone: a poll ran them before
+     * their window's end), or when chime_loop_poll would dispatch for
+     * nothing. */
+    if (ran || l->wake_at <= now ||
+        atomic_load_explicit(&l->poll_at, memory_order_relaxed) <= now)
         rewake_locked(l);
-    else if (l->timers.len != 0)
-        atomic_store_explicit(&l->poll_at, l->timers.slots[0].deadline,
-                              memory_order_relaxed);
-    if (l->wake_at == INT64_MAX || l->pool->clock != NULL)
+    if (l->pool->clock != NULL)
         return;
     if (l->wake_at <= now)
         chime__ready_signal_locked(l);
-    else if (l->wake_at < l->armed)
+    else if (l->wake_at < l->armed || (ran && l->wake_at != l->armed))
+        /* Earlier; or later, after a dispatch that ran the timers it was
+         * set for: one setting instead of a wake-up for nothing. */
         chime__ready_arm_locked(l, l->wake_at);
 }
 

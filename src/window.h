@@ -16,14 +16,14 @@ int64_t chime__window_of(const struct chime_loop *l,
  * until end: the binding dispatches by end (the eventfd if end has
  * passed, else the timerfd if it is set for later than the binding's new
  * wake-up). */
-void chime__window_note_locked(struct chime_loop *l, int64_t start,
-                               int64_t end, int64_t now);
-/* The end of a dispatch: if the binding's wake-up has passed, computes
- * the next one (the latest time that meets every pending window's end),
- * moving touched or re-armed timers at the head on to their real
- * deadline on the way; then sets the timerfd for it, or signals the
- * eventfd if it has passed. */
-void chime__window_arm_locked(struct chime_loop *l, int64_t now);
+void chime__window_note_locked(struct chime_loop *l, int64_t start, int64_t end,
+                               int64_t now);
+/* The end of a dispatch (ran: it found timers due): computes the
+ * binding's next wake-up (the latest time that meets every pending
+ * window's end) if it may have moved, then sets the timerfd for it
+ * (earlier, or later after timers ran), or signals the eventfd if it has
+ * passed. */
+void chime__window_arm_locked(struct chime_loop *l, int64_t now, bool ran);
 /* With a custom clock (no timerfd): does the binding's wake-up fall at or
  * before now (the time the clock moved to)? Computes it anew if needed. */
 bool chime__window_due_locked(struct chime_loop *l, int64_t now);
