@@ -140,7 +140,7 @@ END {
     metrics["w4"] = "bytes_per_task ns_per_cancel ns_per_schedule heap_bytes_per_task"
     metrics["w5"] = "callbacks_per_s writes_per_cb"
     metrics["w6"] = "p50_us p99_us max_us ref_p50_us ref_p99_us ref_max_us early_pct min_us cpu_ns_per_op expiries active_expiries"
-    w8m = "timer_wakeups_per_s empty_wakeups_per_s io_wakeups_per_s loop_sleeps_per_s loop_cpu_pct proc_cpu_pct chime_timer_fires_per_s chime_eventfd_writes_per_s chime_timer_dispatches_per_s chime_timer_arms_per_s chime_polls_per_s chime_poll_runs_per_s chime_touch_requeues_per_s p50_us p99_us max_us"
+    w8m = "timer_wakeups_per_s empty_wakeups_per_s io_wakeups_per_s loop_sleeps_per_s loop_cpu_pct proc_cpu_pct chime_fd_wakeups_per_s chime_timer_fires_per_s chime_eventfd_writes_per_s chime_timer_dispatches_per_s chime_timer_arms_per_s chime_polls_per_s chime_poll_runs_per_s chime_touch_requeues_per_s p50_us p99_us max_us"
     metrics["w8"] = w8m " maint_p50_us maint_p99_us maint_max_us early_runs late_runs early_max_us over_window_max_us requests_per_s expiries_per_s maint_runs_per_s active_expiries"
     metrics["w8m"] = w8m " early_runs late_runs early_max_us over_window_max_us requests_per_s expiries_per_s active_expiries"
     nw = split("units w1 w2 w3 w4 w5 w6 w8 w8m", wl, " ")
