@@ -15,7 +15,7 @@
 set -euo pipefail
 
 order=(lib clock task extras node tz cron arena slab heap_near heap_far heap
-    timer_heap dq binding ready pool deadline context lifetime complete
+    timer_heap dq binding ready pool deadline window context lifetime complete
     loop_timers post inbox due worker spawn handle submit cancel touch
     shutdown pool_ops settle dispatch loop wall group metrics dump)
 

@@ -68,18 +68,32 @@ struct chime_loop {
     /* The binding's own timers (loop_timers.c): its loop tasks that are not
      * due yet, never in the pool's heap. All under mu. */
     chime_timer_heap timers;
-    uint32_t next_seq;      /* FIFO among equal deadlines */
-    size_t tasks;           /* accepted loop tasks not completed: in
-                               timers, ring or batch, or running;
-                               termination waits for every binding's */
-    int tfd;                /* timerfd armed for the earliest timer, or
-                               -1 (custom clock, or closed) */
-    int pfd;                /* the readiness fd: an epoll fd holding
-                               efd and tfd (-1 once closed) */
-    int64_t armed;          /* what tfd is armed for (INT64_MAX: not) */
-    pthread_cond_t done_cv; /* completion of this binding's tasks */
-    unsigned waiters;       /* threads waiting on done_cv */
-    struct {                /* counters folded into the pool's stats */
+    uint32_t next_seq; /* FIFO among equal deadlines */
+    size_t tasks;      /* accepted loop tasks not completed: in
+                          timers, ring or batch, or running;
+                          termination waits for every binding's */
+    int tfd;           /* timerfd armed for the earliest timer, or
+                          -1 (custom clock, or closed) */
+    int pfd;           /* the readiness fd: an epoll fd holding
+                          efd and tfd (-1 once closed) */
+    int64_t armed;     /* what tfd is armed for (INT64_MAX: not) */
+    /* Windows (chime_task_set_slack, loop_timers.c): */
+    int64_t slack;                /* immutable: the default window of the
+                                     binding's tasks (INT64_MAX: no end) */
+    unsigned slack_flags;         /* immutable: and its CHIME_SLACK_* flags */
+    int64_t wake_at;              /* mu: when the binding must dispatch next, at
+                                     the latest: at or before every pending
+                                     window's end (INT64_MAX: none); early is
+                                     allowed (a spare dispatch recomputes it) */
+    struct chime_wake_scan *scan; /* mu: scratch for that computation */
+    /* The earliest deadline among the timers (a lower bound), for
+     * chime_loop_poll without the lock: written under mu, read by the
+     * loop thread. */
+    _Atomic int64_t poll_at;
+    _Atomic uint64_t polls, poll_runs; /* written by the loop thread only */
+    pthread_cond_t done_cv;            /* completion of this binding's tasks */
+    unsigned waiters;                  /* threads waiting on done_cv */
+    struct { /* counters folded into the pool's stats */
         uint64_t submitted, completed, cancelled, failed, rejected;
     } pst;
 

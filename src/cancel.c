@@ -522,6 +522,31 @@ chime_task_set_jitter(chime_task *t, int64_t max_ns, double fraction,
     return rc;
 }
 
+int
+chime_task_set_slack(chime_task *t, int64_t slack_ns, unsigned flags)
+{
+    if (t == NULL || (flags & ~CHIME_SLACK_DEFERRABLE) ||
+        (slack_ns < 0 &&
+         !(slack_ns == CHIME_FOREVER && (flags & CHIME_SLACK_DEFERRABLE))))
+        return -EINVAL;
+    struct chime_loop *l;
+    int rc = lock_live(t, &l);
+    if (rc != 0)
+        return rc;
+    struct chime_pool *p = chime__task_pool(t);
+    if (l == NULL && (flags & CHIME_SLACK_DEFERRABLE)) {
+        pthread_mutex_unlock(&p->mu);
+        return -EINVAL; /* a worker has no other reason to wake */
+    }
+    rc = chime__slack_set(t, slack_ns, flags);
+    if (rc == 0 && l != NULL)
+        chime__timers_slack_locked(l, t);
+    else if (rc == 0)
+        chime__pool_slack_locked(p, slack_ns);
+    pthread_mutex_unlock(l ? &l->mu : &p->mu);
+    return rc;
+}
+
 void
 chime__cancel_ready_locked(struct chime_pool *p, struct chime_loop *l,
                            bool periodic_only, struct chime_task **garbage)

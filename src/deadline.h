@@ -160,4 +160,19 @@ chime__pool_base(const struct chime_pool *p, int64_t delay)
     return base != INT64_MIN ? base : chime__pool_now(p);
 }
 
+/* A pool task was given a window of slack (chime_task_set_slack). */
+static inline void
+chime__pool_slack_locked(struct chime_pool *p, int64_t slack)
+{
+    CHIME_ASSERT_HELD(&p->mu);
+    if (slack < p->win_min)
+        p->win_min = slack;
+}
+/* When the pool's head, due at d, must run at the latest. */
+static inline int64_t
+chime__pool_window_end(const struct chime_pool *p, int64_t d)
+{
+    return chime__sat_add(d, p->win_min);
+}
+
 #endif

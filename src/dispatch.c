@@ -32,6 +32,7 @@
 #include "loop_timers.h"
 #include "post.h"
 #include "spin.h"
+#include "window.h"
 
 #include <errno.h>
 #include <string.h>
@@ -111,12 +112,15 @@ struct dispatch {
     size_t dropped; /* tasks the binding let go of: chime__loop_dropped */
     struct chime_task *freed;   /* settled unlocked: freed under loop->mu */
     struct chime_task *garbage; /* to free with no chime lock held */
+    size_t timer_work;          /* timers found due (run or moved on) */
+    size_t posts;               /* posts run */
 };
 
 /* One batch: taken off the ring in one critical section, run unlocked. */
 struct batch {
-    uint32_t k; /* slots filled */
-    bool timed; /* a task with a deadline: lateness */
+    uint32_t k;     /* slots filled */
+    uint32_t posts; /* of them, posts (no deadline) */
+    bool timed;     /* a task with a deadline: lateness */
     /* Each one's deadline, read under the lock: once claimed a running
      * task's run_deadline may be re-armed meanwhile. */
     int64_t dls[CHIME_LOOP_BATCH];
@@ -157,7 +161,8 @@ move_ready_locked(struct dispatch *d)
         if (l->taken.head != NULL || chime__post_any(l))
             d->dropped += chime__post_flush_locked(l, &d->garbage);
         size_t before = l->tasks;
-        chime__timers_due_locked(l, chime__pool_now(d->p), &d->garbage);
+        d->timer_work +=
+            chime__timers_due_locked(l, chime__pool_now(d->p), &d->garbage);
         d->dropped += before - l->tasks;
     }
 }
@@ -186,6 +191,16 @@ take_batch_locked(struct chime_loop *l, uint32_t want, struct batch *b)
     }
     b->k = k;
     b->timed = timed;
+}
+
+/* Posts among the batch (no deadline). */
+static uint32_t
+count_posts(const struct batch *b)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < b->k; i++)
+        n += b->dls[i] == 0;
+    return n;
 }
 
 /* Runs the batch, loop->mu not held: claims each slot, starts its task
@@ -288,6 +303,7 @@ run_batches_locked(struct dispatch *d)
         take_batch_locked(l, want, &b);
         if (b.k == 0)
             break;
+        d->posts += count_posts(&b);
         l->batch_n = b.k;
         pthread_mutex_unlock(&l->mu);
         chime__free_garbage(d->garbage);
@@ -328,7 +344,9 @@ end_dispatch_locked(struct chime_loop *l)
         if (l->timers.len == 0 &&
             atomic_load_explicit(&l->has_timers, memory_order_relaxed))
             atomic_store_explicit(&l->has_timers, false, memory_order_relaxed);
-        chime__timers_arm_locked(l); /* the timerfd for the earliest timer */
+        if (l->timers.len != 0 || l->wake_at != INT64_MAX)
+            /* The timerfd for the next window's end (window.c). */
+            chime__window_arm_locked(l, chime__pool_now(l->pool));
     }
     l->dispatching = false;
 }
@@ -383,12 +401,37 @@ chime_loop_dispatch(chime_loop *l)
         }
         spun = false;
     }
+    if (d.timer_work != 0 && d.posts == 0)
+        l->st.timer_dispatches++;
     end_dispatch_locked(l);
     pthread_mutex_unlock(&l->mu);
     chime__free_garbage(d.garbage);
     if (d.dropped != 0)
         chime__loop_dropped(p);
     return d.n;
+}
+
+int
+chime_loop_poll(chime_loop *l)
+{
+    if (l == NULL)
+        return -EINVAL;
+    if (chime__forked(l->fork_gen))
+        return -ECHILD;
+    /* The loop thread's own counters: a load and a store, no RMW. */
+    atomic_store_explicit(
+        &l->polls, atomic_load_explicit(&l->polls, memory_order_relaxed) + 1,
+        memory_order_relaxed);
+    int64_t at = atomic_load_explicit(&l->poll_at, memory_order_relaxed);
+    if (at == INT64_MAX || chime__pool_now(l->pool) < at)
+        return 0; /* no timer can be due: nothing to do */
+    int n = chime_loop_dispatch(l);
+    if (n > 0)
+        atomic_store_explicit(
+            &l->poll_runs,
+            atomic_load_explicit(&l->poll_runs, memory_order_relaxed) + 1,
+            memory_order_relaxed);
+    return n;
 }
 
 /* A post the fast path refused: the binding is closed, or the pool shut

@@ -39,6 +39,9 @@ struct extra {
     uint32_t jit_ppm;      /* or the spread in ppm of the period */
     uint64_t rng;          /* the generator's state */
     int64_t jit_off;       /* the current run's offset */
+    int64_t slack;         /* chime_task_set_slack: the window, if */
+    bool has_slack;        /* set (else the binding's or pool's) */
+    unsigned slack_flags;  /* CHIME_SLACK_* */
     chime_finalize_fn fin; /* chime_task_set_finalizer, or NULL */
     void *fin_arg;         /* the user's argument it is called with */
     char label[CHIME_LABEL_MAX + 1];
@@ -354,6 +357,40 @@ chime__jitter_rearmed(struct chime_task *t)
     if (a != NULL)
         a->jit_off = 0;
     pthread_mutex_unlock(&s->mu);
+}
+
+int
+chime__slack_set(struct chime_task *t, int64_t slack, unsigned flags)
+{
+    uint64_t h;
+    struct stripe *s = stripe_lock(t, &h);
+    struct extra *a = get_or_make(s, h, t);
+    if (a != NULL) {
+        a->slack = slack;
+        a->slack_flags = flags;
+        a->has_slack = true;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return a != NULL ? 0 : -ENOMEM;
+}
+
+bool
+chime__slack_get(const struct chime_task *t, int64_t *slack, unsigned *flags)
+{
+    if (!(atomic_load_explicit(&((struct chime_task *)t)->refs,
+                               memory_order_relaxed) &
+          CHIME_REF_EXTRA))
+        return false;
+    uint64_t h;
+    struct stripe *s = stripe_lock(t, &h);
+    struct extra *a = find(s, h, t);
+    bool set = a != NULL && a->has_slack;
+    if (set) {
+        *slack = a->slack;
+        *flags = a->slack_flags;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return set;
 }
 
 size_t

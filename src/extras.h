@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Task extras (extras.c): what a few tasks carry and the 40-byte task
- * has no room for (its label, the group it was last added to, its jitter),
+ * has no room for (its label, the group it was last added to, its jitter,
+ * its window),
  * kept in a side table keyed by the task's address. A task with a record
  * has CHIME_REF_EXTRA in its reference word; whoever frees the node drops
  * the record (chime__node_dispose, task.h). Not API. */
@@ -49,5 +50,11 @@ int64_t chime__jitter_draw(struct chime_task *t);
 int64_t chime__jitter_offset(const struct chime_task *t);
 /* t was re-armed: its next run is on no grid (offset 0). */
 void chime__jitter_rearmed(struct chime_task *t);
+
+/* The window (chime_task_set_slack): set on t, and read back (false: t
+ * has none of its own; *slack and *flags untouched). Any lock held. */
+int chime__slack_set(struct chime_task *t, int64_t slack, unsigned flags);
+bool chime__slack_get(const struct chime_task *t, int64_t *slack,
+                      unsigned *flags);
 
 #endif

@@ -49,6 +49,11 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
         *out = NULL;
     if (p == NULL || out == NULL)
         return -EINVAL;
+    if (opts && ((opts->slack_flags & ~CHIME_SLACK_DEFERRABLE) ||
+                 (opts->slack_ns < 0 &&
+                  !(opts->slack_ns == CHIME_FOREVER &&
+                    (opts->slack_flags & CHIME_SLACK_DEFERRABLE)))))
+        return -EINVAL;
     if (CHIME_FORKED(p))
         return -ECHILD;
     struct chime_loop *l = chime__calloc(1, sizeof(*l));
@@ -69,6 +74,12 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
         l->has_owner = true;
     }
     l->fork_gen = l->post.fork_gen = p->fork_gen;
+    l->slack = !opts                             ? 0
+               : opts->slack_ns == CHIME_FOREVER ? INT64_MAX
+                                                 : opts->slack_ns;
+    l->slack_flags = opts ? opts->slack_flags : 0;
+    l->wake_at = INT64_MAX;
+    atomic_init(&l->poll_at, INT64_MAX);
 
     CHIME_LOCK_POOL(&p->mu);
     rc = p->run_state != CHIME_POOL_RUNNING ? -ESHUTDOWN : 0;
@@ -375,6 +386,8 @@ chime_loop_get_stats(chime_loop *l, chime_loop_stats *out)
     out->ready = l->live + l->taken.n +
                  chime__timers_due_count_locked(l, chime__pool_now(l->pool));
     out->timers = l->timers.len - l->timers.lazy;
+    out->polls = atomic_load_explicit(&l->polls, memory_order_relaxed);
+    out->poll_runs = atomic_load_explicit(&l->poll_runs, memory_order_relaxed);
     pthread_mutex_unlock(&l->mu);
     chime__free_garbage(garbage);
     if (dropped != 0)

@@ -45,6 +45,7 @@
 #include "deadline.h"
 #include "lifetime.h"
 #include "pool.h"
+#include "window.h"
 
 #include <errno.h>
 
@@ -225,17 +226,6 @@ chime__loop_cancel_list_locked(struct chime_loop *l, struct chime_task *list,
     }
 }
 
-/* The fd must become readable by d: the eventfd if d has passed, else the
- * timerfd if it is set for later than d (or not at all). */
-static void
-note_deadline_locked(struct chime_loop *l, int64_t d, int64_t now)
-{
-    if (d <= now)
-        chime__ready_signal_locked(l);
-    else if (d < l->armed && l->pool->clock == NULL)
-        chime__ready_arm_locked(l, d);
-}
-
 /* May a loop task still run in the pool's run state? The same rule as
  * chime__can_run_locked, read without the pool's lock (the run state and
  * the policies are atomics; shutdown changes them before it walks the
@@ -267,17 +257,20 @@ push_locked(struct chime_loop *l, struct chime_task *t, int64_t deadline,
      * due by then (post.c); a dispatch that leaves none clears it. */
     if (!atomic_load_explicit(&l->has_timers, memory_order_relaxed))
         atomic_store_explicit(&l->has_timers, true, memory_order_relaxed);
+    chime_timer_heap_slot *s = slot_of(l, t);
     if (chime__task_kind(t) == CHIME_KIND_ONESHOT) {
         /* Armed at `since` (now, or when a running task was re-armed) for
          * the rest: activity + timeout == deadline. */
         int64_t arm = deadline < since ? deadline : since;
-        slot_of(l, t)->timeout = deadline - arm;
+        s->timeout = deadline - arm;
         CHIME_HB_ATOMIC(&t->activity); /* touch: any thread, relaxed */
         atomic_store_explicit(&t->activity, arm, memory_order_relaxed);
     } else {
-        slot_of(l, t)->timeout = 0;
+        s->timeout = 0;
     }
-    note_deadline_locked(l, deadline, now);
+    s->slack = chime__window_of(l, t);
+    chime__window_note_locked(l, deadline, chime__sat_add(deadline, s->slack),
+                              now);
     return 0;
 }
 
@@ -370,7 +363,7 @@ chime__loop_stolen_locked(struct chime_loop *l, struct chime_task *t, int state,
     }
 }
 
-void
+size_t
 chime__timers_due_locked(struct chime_loop *l, int64_t now,
                          struct chime_task **garbage)
 {
@@ -378,7 +371,8 @@ chime__timers_due_locked(struct chime_loop *l, int64_t now,
     if (l->armed <= now)
         chime__ready_expired_locked(l);
     chime_timer_heap *h = &l->timers;
-    while (h->len != 0 && h->slots[0].deadline <= now) {
+    size_t n = 0;
+    for (; h->len != 0 && h->slots[0].deadline <= now; n++) {
         struct chime_task *t = h->slots[0].task;
         int64_t d = h->slots[0].deadline;
         if (chime__state_is_final(chime__task_state(t))) {
@@ -405,15 +399,7 @@ chime__timers_due_locked(struct chime_loop *l, int64_t now,
             chime__loop_drop_locked(l, t, garbage);
         }
     }
-}
-
-void
-chime__timers_arm_locked(struct chime_loop *l)
-{
-    CHIME_ASSERT_HELD(&l->mu);
-    if (l->timers.len != 0 && l->pool->clock == NULL &&
-        l->timers.slots[0].deadline < l->armed)
-        chime__ready_arm_locked(l, l->timers.slots[0].deadline);
+    return n;
 }
 
 int
@@ -520,6 +506,7 @@ chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
     } else {
         CHIME_ASSERT(t->flags & CHIME_TF_INHEAP);
         chime_timer_heap_slot *s = slot_of(l, t);
+        int64_t slack = s->slack; /* s moves with the update below */
         /* A fresh sequence number: the re-armed task queues behind tasks
          * already due at the same instant, as a new submission would. */
         t->seq = l->next_seq++;
@@ -536,7 +523,7 @@ chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
         } else {
             chime__timer_heap_update(&l->timers, t, d);
         }
-        note_deadline_locked(l, d, now);
+        chime__window_note_locked(l, d, chime__sat_add(d, slack), now);
     }
     return rc;
 }
@@ -550,9 +537,12 @@ chime__timers_delay_locked(struct chime_loop *l, struct chime_task *t,
         !(t->flags & CHIME_TF_INHEAP) || (t->flags & CHIME_TF_LAZY))
         return -EALREADY;
     CHIME_ASSERT(chime__task_kind(t) != CHIME_KIND_ONESHOT);
-    int64_t d = chime__sat_add(slot_of(l, t)->deadline, by);
+    chime_timer_heap_slot *s = slot_of(l, t);
+    int64_t d = chime__sat_add(s->deadline, by);
     chime__timer_heap_update(&l->timers, t, d);
-    note_deadline_locked(l, d, chime__pool_now(l->pool));
+    s = slot_of(l, t);
+    chime__window_note_locked(l, d, chime__sat_add(d, s->slack),
+                              chime__pool_now(l->pool));
     return 0;
 }
 
@@ -610,8 +600,15 @@ chime__timers_touched_locked(struct chime_loop *l, struct chime_task *t,
     chime__timer_heap_push(&l->timers, t, touched); /* reserved: cannot fail */
     if (!atomic_load_explicit(&l->has_timers, memory_order_relaxed))
         atomic_store_explicit(&l->has_timers, true, memory_order_relaxed);
-    slot_of(l, t)->timeout = timeout;
+    chime_timer_heap_slot *s = slot_of(l, t);
+    s->timeout = timeout;
+    s->slack = chime__window_of(l, t);
     l->st.touch_requeues++;
+    /* Its window from its new deadline: the end of this dispatch arms for
+     * it if it is the earliest (wake_at lowered here, no syscall now). */
+    int64_t end = chime__sat_add(touched, s->slack);
+    if (end < l->wake_at)
+        l->wake_at = end;
     return true;
 }
 
@@ -627,4 +624,18 @@ chime__ready_deadline_locked(struct chime_loop *l, struct chime_task *t,
      * checks before it runs it). */
     int64_t touched = chime__sat_add(activity(t), e->timeout);
     return touched > e->deadline ? touched : e->deadline;
+}
+
+void
+chime__timers_slack_locked(struct chime_loop *l, struct chime_task *t)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    if (chime__task_state(t) != CHIME_TASK_PENDING ||
+        !(t->flags & CHIME_TF_INHEAP))
+        return; /* its next run takes it */
+    chime_timer_heap_slot *s = slot_of(l, t);
+    s->slack = chime__window_of(l, t);
+    int64_t due = chime__timers_deadline_locked(l, t);
+    chime__window_note_locked(l, due, chime__sat_add(due, s->slack),
+                              chime__pool_now(l->pool));
 }

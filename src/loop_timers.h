@@ -24,10 +24,12 @@ void chime__loop_free_locked(struct chime_loop *l, struct chime_task *t);
 /* Pushes a new loop task (accepted: counted in l->tasks). 0 or -ENOMEM. */
 int chime__timers_submit_locked(struct chime_loop *l, struct chime_task *t,
                                 int64_t deadline, int64_t now);
-/* Moves every due timer into the ring (reading the timerfd if it fired);
- * touched ones move on instead. Cancelled ones are dropped onto *garbage. */
-void chime__timers_due_locked(struct chime_loop *l, int64_t now,
-                              struct chime_task **garbage);
+/* Moves every due timer into the ring (reading the timerfd if it fired):
+ * with a window, every timer whose window has opened; touched ones move
+ * on instead. Cancelled ones are dropped onto *garbage. Returns how many
+ * timers it handled (0: no timer work). */
+size_t chime__timers_due_locked(struct chime_loop *l, int64_t now,
+                                struct chime_task **garbage);
 /* The deadline of a READY loop task: a post's is now; a timer's, the one
  * it was found due at, or later if touched since. */
 int64_t chime__ready_deadline_locked(struct chime_loop *l, struct chime_task *t,
@@ -39,8 +41,6 @@ size_t chime__timers_due_count_locked(struct chime_loop *l, int64_t now);
  * the rest of its timeout (returns true), else false (run it). */
 bool chime__timers_touched_locked(struct chime_loop *l, struct chime_task *t,
                                   int64_t deadline, int64_t timeout);
-/* Arms the timerfd for the earliest timer if it is set for later. */
-void chime__timers_arm_locked(struct chime_loop *l);
 /* The deadline of a queued (PENDING) loop task, touches included. */
 int64_t chime__timers_deadline_locked(struct chime_loop *l,
                                       struct chime_task *t);
@@ -85,5 +85,9 @@ int chime__loop_rearm_locked(struct chime_loop *l, struct chime_task *t,
  * there. */
 int chime__timers_delay_locked(struct chime_loop *l, struct chime_task *t,
                                int64_t by);
+
+/* t's window changed (chime_task_set_slack): a queued timer's slot takes
+ * it now, and the binding's wake-up moves earlier if it must. */
+void chime__timers_slack_locked(struct chime_loop *l, struct chime_task *t);
 
 #endif

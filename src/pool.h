@@ -214,6 +214,10 @@ struct chime_pool {
     /* chime_pool_set_log_failed_periodic (default true): read without the
      * lock where a callback returned (context.c). */
     _Atomic bool log_failed_periodic;
+    /* mu: the smallest window of any pool task (chime_pool_options.slack_ns,
+     * lowered by chime_task_set_slack): the leader sleeps until the head's
+     * deadline plus it, which meets every task's window (worker.c). */
+    int64_t win_min;
     uint64_t jitter_seed;          /* immutable: chime_task_set_jitter's seed */
     _Atomic uint64_t jitter_calls; /* set_jitter calls so far (each task's
                                       generator is seeded from both) */

@@ -24,6 +24,7 @@
 #include "loop_timers.h"
 #include "pool.h"
 #include "shutdown.h"
+#include "window.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -76,6 +77,7 @@ copy_options(struct chime_pool *p, const chime_pool_options *opts)
     p->log = opts->log;
     p->log_ctx = opts->log_ctx;
     p->log_failed_periodic = true;
+    p->win_min = opts->slack_ns;
     p->jitter_seed = opts->jitter_seed;
     if (p->jitter_seed == 0) {
         /* Different pools (and processes) spread differently. */
@@ -150,7 +152,9 @@ chime_pool_new(const chime_pool_options *opts, chime_pool **out)
         opts->threads > 65536 ||
         (opts->clock_id != 0 && opts->clock_id != CLOCK_MONOTONIC &&
          opts->clock_id != CLOCK_BOOTTIME) ||
-        (opts->stack_size != 0 && opts->stack_size < (size_t)PTHREAD_STACK_MIN))
+        (opts->stack_size != 0 &&
+         opts->stack_size < (size_t)PTHREAD_STACK_MIN) ||
+        opts->slack_ns < 0)
         return -EINVAL;
 
     chime__fork_init();
@@ -407,8 +411,7 @@ chime_pool_clock_changed(chime_pool *p)
     {
         struct chime_loop *l = chime__container_of(n, struct chime_loop, link);
         CHIME_LOCK_LOOP(&l->mu);
-        if (chime__timer_heap_peek_deadline(&l->timers) <= now &&
-            chime__timers_due_count_locked(l, now) != 0)
+        if (chime__window_due_locked(l, now))
             chime__ready_signal_locked(l);
         pthread_mutex_unlock(&l->mu);
     }

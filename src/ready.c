@@ -327,9 +327,12 @@ chime__ready_close_locked(struct chime_loop *l)
     l->ring = NULL;
     l->cap = 0;
     chime__timer_heap_free(&l->timers);
+    chime__free(l->scan);
+    l->scan = NULL;
     close_fds(l);
     l->signalled = false;
     l->armed = INT64_MAX;
+    l->wake_at = INT64_MAX;
 }
 
 void
@@ -340,6 +343,7 @@ chime__ready_free(struct chime_loop *l)
     pthread_mutex_destroy(&l->mu);
     chime__free(l->ring);
     chime__timer_heap_free(&l->timers);
+    chime__free(l->scan);
     chime__free(l); /* its cached nodes live in the pool's slab chunks */
 }
 
@@ -371,8 +375,10 @@ chime__ready_expired_locked(struct chime_loop *l)
      * the dispatch it wakes reads it. Forgetting it here would leave a
      * timerfd that fires later with nobody ever reading it: a readable fd
      * for good, a loop spinning (docs/model/timers.pml, BUG_EAGAIN_DISARMS). */
-    if (r == (ssize_t)sizeof(n))
+    if (r == (ssize_t)sizeof(n)) {
         l->armed = INT64_MAX;
+        l->st.timer_fires++;
+    }
 }
 
 void

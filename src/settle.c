@@ -46,7 +46,8 @@ look_locked(struct chime_pool *p)
     /* A cancelled (retained) head or the old slot of a re-armed task
      * counts too when its slot is due: a worker takes it out first. */
     if (chime__heap_peek(&p->heap) != NULL &&
-        chime__heap_peek_deadline(&p->heap) <= chime__pool_now(p))
+        chime__pool_window_end(p, chime__heap_peek_deadline(&p->heap)) <=
+            chime__pool_now(p))
         return DUE;
     return SETTLED;
 }

@@ -3,10 +3,11 @@
  * loop tasks ordered by (deadline, seq). Not API.
  *
  * Design notes
- * - Each slot holds the deadline and the task's timeout next to the task
- *   pointer (24 bytes): a sift compares deadlines without touching the
- *   tasks, and the timeout, which touch needs (loop_timers.c), has no room in
- *   the 40-byte task. Only equal deadlines read the tasks' sequence
+ * - Each slot holds the deadline, the task's timeout and its window next
+ *   to the task pointer (32 bytes, two to a cache line): a sift compares
+ *   deadlines without touching the tasks, and the timeout, which touch
+ *   needs, and the window (loop_timers.c) have no room in the 40-byte
+ *   task. Only equal deadlines read the tasks' sequence
  *   numbers (FIFO among equal deadlines), 32-bit and compared with
  *   wrap-around: right for any two tasks numbered fewer than 2^31 apart.
  * - Every task records its slot in task->heap_index (CHIME_HEAP_NONE when
@@ -34,6 +35,8 @@ typedef struct chime_timer_heap_slot {
     int64_t deadline;
     struct chime_task *task;
     int64_t timeout; /* touch: the task is due at activity + timeout */
+    int64_t slack;   /* its window: it may run until its due time + slack
+                        (INT64_MAX: no end, a deferrable task) */
 } chime_timer_heap_slot;
 
 typedef struct chime_timer_heap {

@@ -148,7 +148,10 @@ look_at_head_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now,
         chime__drop_locked(t, &w->garbage);
         return HEAD_AGAIN;
     }
-    int64_t d = chime__heap_peek_deadline(&p->heap);
+    /* With windows (chime_task_set_slack): the head runs when the window
+     * every task meets ends, and then with every task whose window has
+     * opened (due_fill takes those due at *now). */
+    int64_t d = chime__pool_window_end(p, chime__heap_peek_deadline(&p->heap));
     if (d > *now) {
         *now = chime__pool_now(p);
         /* Submissions made before the time just read are in the heap
@@ -160,7 +163,7 @@ look_at_head_locked(struct chime_pool *p, struct chime_worker *w, int64_t *now,
         chime__inbox_take_locked(p);
         /* The near window's buckets open as their time comes. */
         p->heap.near_hint = *now;
-        d = chime__heap_peek_deadline(&p->heap);
+        d = chime__pool_window_end(p, chime__heap_peek_deadline(&p->heap));
     }
     *deadline = d;
     return d <= *now ? HEAD_DUE : HEAD_LATER;

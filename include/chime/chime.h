@@ -2000,9 +2000,9 @@ typedef struct chime_loop_stats {
      * chime_pool_stats.lateness; posts have no deadline and are not
      * counted. */
     uint64_t lateness[CHIME_LATENESS_BUCKETS];
-    uint64_t lateness_sum_ns; /**< the sum of those runs' lateness */
-    uint64_t timer_fires;     /**< timerfd expirations read by a dispatch:
-                                 the wake-ups the binding's timers caused */
+    uint64_t lateness_sum_ns;  /**< the sum of those runs' lateness */
+    uint64_t timer_fires;      /**< timerfd expirations read by a dispatch:
+                                  the wake-ups the binding's timers caused */
     uint64_t timer_dispatches; /**< dispatches that found timer work (tasks
                                   whose window opened, or touched ones to
                                   move on) and no post */
