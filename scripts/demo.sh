@@ -91,7 +91,10 @@ val() {
 row() {
     local label=$1 k1=$2 k2=$3 k3=$4 unit=$5
     local a b
-    if [ -n "$k3" ]; then
+    if [ -z "$k2" ]; then
+        a=$(val "$out1" "$k1")
+        b=$(val "$out2" "$k1")
+    elif [ -n "$k3" ]; then
         a="$(val "$out1" "$k1") / $(val "$out1" "$k2") / $(val "$out1" "$k3")"
         b="$(val "$out2" "$k1") / $(val "$out2" "$k2") / $(val "$out2" "$k3")"
     else
@@ -111,6 +114,7 @@ row "loop time on maintenance: mean / max" \
 row "idle timeout lateness: p50 / p99 / max" \
     idle_late_p50_us idle_late_p99_us idle_late_max_us us
 row "echo round trip: p50 / p99 / max" rtt_p50_us rtt_p99_us rtt_max_us us
+row "timer wake-ups of the loop" timer_fires_per_s "" "" /s
 cat <<'EOF'
 
   loop time on maintenance  how long the loop thread was busy with one
@@ -121,6 +125,10 @@ cat <<'EOF'
                             + idle timeout)
   echo round trip           from a client's send to its echo, seen by the
                             client
+  timer wake-ups            timerfd expirations of the loop's binding per
+                            second: the idle timeouts have a window of
+                            idle-ms / 20 (--slack-ms), so one wake-up closes
+                            every connection whose time has come
 With a worker, the loop's share of the maintenance is the evictions alone;
 inline, every pass stalls the loop for the whole scan, and the timeouts and
 echoes that fall due meanwhile wait for it.
