@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# chime benchmarks: W1-W7 of ../shared/bench/WORKLOADS.md (method v2) for
+# chime benchmarks: W1-W8 of ../shared/bench/WORKLOADS.md (method v2) for
 # chime and its peers, and the machine's unit costs, interleaved
 # (A B C A B C ...), in one run.
 #
@@ -14,7 +14,8 @@
 #                   docs/ (a trial run that must not replace the published
 #                   figures)
 #   --only LIST     comma-separated workloads to run
-#                   (units,w1,w2,w3,w4,w5,w6,w7,scaling)
+#                   (units,w1,w2,w3,w4,w5,w6,w7,w8,w8m,scaling; w8m is
+#                   W8's memcached-shaped row)
 #   --no-install    do not try to install missing Debian packages
 #   --wait-quiet[=S] before each measurement, wait (up to S seconds,
 #                   default 30) until the machine's CPUs are at least 90%
@@ -41,7 +42,8 @@
 #      docs/bench-w7-scaling.png with gnuplot.
 # What a given chime can run is asked of the build: the chime-touch
 # systems need chime_task_touch (w_loop_scale features), the W7 lock counts
-# the lock-count build (bench/build/w_loop_scale_locks); without them those
+# the lock-count build (bench/build/w_loop_scale_locks), the W8 chime-slack
+# systems the slack windows (w_coalesce features); without them those
 # rows are left out and the goal table says "not measured".
 # Dependencies: bash, awk, coreutils, cmake, a C compiler, JDK 17,
 # libevent, libuv, Netty (libnetty-java), gnuplot. No python. Optional
@@ -63,7 +65,7 @@ ARGS=$*
 runs=10
 quick=0
 out_dir=
-only="units,w1,w2,w3,w4,w5,w6,w7,scaling"
+only="units,w1,w2,w3,w4,w5,w6,w7,w8,w8m,scaling"
 install=1
 wait_quiet=0
 while [ $# -gt 0 ]; do
@@ -78,7 +80,7 @@ while [ $# -gt 0 ]; do
     --no-install) install=0; shift ;;
     --wait-quiet) wait_quiet=30; shift ;;
     --wait-quiet=*) wait_quiet=${1#--wait-quiet=}; shift ;;
-    -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,53p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 1 ;;
     esac
 done
@@ -170,9 +172,13 @@ cmake -S "$HERE" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCHIME_ROOT="$CHIME_SRC
     { cat "$LOGDIR/cmake.log" >&2; exit 1; }
 cmake --build "$BUILD" -j"$(nproc)" >>"$LOGDIR/cmake.log" 2>&1 ||
     { cat "$LOGDIR/cmake.log" >&2; exit 1; }
-mkdir -p "$BUILD/java"
-javac -nowarn -d "$BUILD/java" -cp "$NETTY_JAR" \
-    "$HERE/java/Stpe.java" "$HERE/java/Wheel.java"
+# The Java peers (STPE, Netty) run in W1-W4 only: a run without those
+# (--only w8, say) needs no JDK build and no Netty.
+if wants w1 || wants w2 || wants w3 || wants w4 || wants scaling; then
+    mkdir -p "$BUILD/java"
+    javac -nowarn -d "$BUILD/java" -cp "$NETTY_JAR" \
+        "$HERE/java/Stpe.java" "$HERE/java/Wheel.java"
+fi
 JAVA=(java -cp "$BUILD/java:$NETTY_JAR")
 
 # Optional peers: what cannot be built is left out, with a note under the
@@ -270,6 +276,14 @@ if [ "$quick" = 1 ]; then
     W5_M=20000
     W6_C=10000
     W6="run_ms=2500 warm_ms=1200"
+    # W8: 2 s runs (W8m 3 s: its first expiries come after 2 s). The
+    # late-run check gets 50 ms of scheduling latency instead of 1 ms, so
+    # that a busy machine does not fail the smoke test (early runs are
+    # still checked exactly).
+    W8_C=10000
+    W8="run_ms=2000 warm_ms=1000 floor_us=50000"
+    W8M_C=4000
+    W8M="run_ms=3000 warm_ms=2000 floor_us=50000"
     W7_L=1000; W7_R=100000
     SWEEP_L="10000:20000"
     SWEEP_P="1000"
@@ -283,6 +297,13 @@ else
     W5_M=1000000
     W6_C=10000
     W6="run_ms=10000 warm_ms=2000"
+    # W8: 30 s as the workload says (3 s of it warm-up); W8m 15 s (5 s:
+    # its 2 s timeouts and the touch requeues settle later). The late-run
+    # check allows 1 ms past a window's end (w_coalesce floor_us).
+    W8_C=10000
+    W8="run_ms=30000 warm_ms=3000"
+    W8M_C=4000
+    W8M="run_ms=15000 warm_ms=5000"
     W7_L=10000; W7_R=2000000
     # live set : rounds. 100k is the main W2 run; 1M uses fewer rounds.
     SWEEP_L="1000:1000000 10000:1000000 1000000:300000"
@@ -365,6 +386,13 @@ system_cmd() {
         *) SYSCMD=("$BUILD/w_loop_load" w6 mode="$sys") ;;
         esac
         return ;;
+    w8 | w8m)
+        case "$sys" in
+        # Windows alone: no chime_loop_poll() in the read callback.
+        chime-slack-nopoll) SYSCMD=("$BUILD/w_coalesce" "$w" mode=chime-slack poll=0) ;;
+        *) SYSCMD=("$BUILD/w_coalesce" "$w" mode="$sys") ;;
+        esac
+        return ;;
     w7)
         case "$sys" in
         # The lock-count build reports under the system it counted.
@@ -418,7 +446,12 @@ LOCKS=""
 if [ -x "$BUILD/w_loop_scale_locks" ]; then
     LOCKS="chime-rearm-locks ${TOUCH:+chime-touch-locks }chime-cancel-locks"
 fi
-echo "run.sh: this chime: ${TOUCH:-no chime_task_touch}; $([ -n "$LOCKS" ] &&
+# W8: the slack windows (chime_task_set_slack, chime_loop_poll), when the
+# chime measured has them (w_coalesce features).
+SLACK=""
+case " $("$BUILD/w_coalesce" features) " in *" slack "*) SLACK=1 ;; esac
+[ -n "$SLACK" ] || PEER_NOTES+=("W8: chime-slack not measured (this chime has no chime_task_set_slack and chime_loop_poll)")
+echo "run.sh: this chime: ${TOUCH:-no chime_task_touch}; ${SLACK:+slack windows; }$([ -n "$LOCKS" ] &&
     echo "lock counts (w_loop_scale_locks)" || echo "no lock-count build")"
 
 # The optional peers of each workload, when built.
@@ -439,6 +472,10 @@ SYS_W4="chime stpe netty libevent-fresh libevent-prealloc libevent-common libeve
 SYS_W5="chime-post chime-sched0 libevent-once libevent-active libuv-async $EV_W5 $TK_W5"
 SYS_W6="chime-rearm $TOUCH libevent libevent-precise"
 SYS_W7="chime-rearm $TOUCH ${TOUCH:+chime-touch-at }chime-cancel libevent-readd libevent-deladd libevent-common $LOCKS"
+# W8: exact deadlines, the windows with chime_loop_poll() in the read
+# callback, the windows alone (no poll), and the peers' own timers.
+SYS_W8="chime-exact ${SLACK:+chime-slack chime-slack-nopoll }libevent libuv"
+SYS_W8M="chime-exact ${SLACK:+chime-slack }libevent libuv"
 
 # interleave WORKLOAD SIZE "SYSTEMS" args...: runs 1..N, each system once
 # per run, in the same order.
@@ -481,6 +518,8 @@ if wants w4; then interleave w4 "$W4_P" "$SYS_W4" P=$W4_P; fi
 if wants w5; then interleave w5 "$W5_M" "$SYS_W5" M=$W5_M; fi
 if wants w6; then interleave w6 "$W6_C" "$SYS_W6" C=$W6_C $W6; fi
 if wants w7; then interleave_w7; fi
+if wants w8; then interleave w8 "$W8_C" "$SYS_W8" C=$W8_C $W8; fi
+if wants w8m; then interleave w8m "$W8M_C" "$SYS_W8M" C=$W8M_C $W8M; fi
 if wants scaling; then
     for lr in $SWEEP_L; do
         interleave w2 "${lr%%:*}" "$SYS_W2" L="${lr%%:*}" R="${lr##*:}"
@@ -493,7 +532,7 @@ echo "run.sh: measurements took $((SECONDS - start)) s"
 
 # ---- 4. tables ----------------------------------------------------------------
 # Sizes of the main table, per workload.
-MAIN_SIZES="units=1 w1=$W1_N w2=$W2_L w3=$W3_TASKS w4=$W4_P w5=$W5_M w6=$W6_C"
+MAIN_SIZES="units=1 w1=$W1_N w2=$W2_L w3=$W3_TASKS w4=$W4_P w5=$W5_M w6=$W6_C w8=$W8_C w8m=$W8M_C"
 # Peers that could not be built: a note under the table (tables.sh).
 rm -f "$OUT/notes.md"
 if [ ${#PEER_NOTES[@]} -gt 0 ]; then
