@@ -724,7 +724,10 @@ CHIME_EXPORT int chime_pool_clock_changed(chime_pool *pool);
  * settled (a periodic task queued again for its next run, a one-shot
  * completed and its waiters woken), and so have the tasks that those
  * callbacks submitted or re-armed and that are due as well: a chain of
- * tasks scheduled with delay 0 runs to its end.
+ * tasks scheduled with delay 0 runs to its end. With windows
+ * (chime_task_set_slack()), a task is due here once the pool's wake-up
+ * for it has come (its deadline plus the smallest window of the pool's
+ * tasks): a task whose window has opened but not ended may wait.
  *
  * Loop tasks are not waited for: only their loop thread runs them, at a
  * dispatch. This call makes every binding with a due task readable (as
