@@ -347,7 +347,9 @@ end_dispatch_locked(struct chime_loop *l, bool ran_timers)
             atomic_load_explicit(&l->has_timers, memory_order_relaxed))
             atomic_store_explicit(&l->has_timers, false, memory_order_relaxed);
         if (l->timers.len != 0 || l->wake_at != INT64_MAX ||
-            l->armed != INT64_MAX)
+            l->armed != INT64_MAX ||
+            atomic_load_explicit(&l->poll_at, memory_order_relaxed) !=
+                INT64_MAX)
             chime__window_arm_locked(l, chime__pool_now(l->pool), ran_timers);
     }
     l->dispatching = false;

@@ -74,9 +74,8 @@ Test(window, one_wake_up_at_the_first_window_end_runs_every_opened_window)
     chime_task *h[3];
     for (int i = 0; i < 3; i++) {
         r[i] = (rec){.clk = &clk};
-        cr_assert_eq(chime_loop_schedule(l, rec_fn, &r[i], (10 + 2 * i) * MS,
-                                         &h[i]),
-                     0);
+        cr_assert_eq(
+            chime_loop_schedule(l, rec_fn, &r[i], (10 + 2 * i) * MS, &h[i]), 0);
     }
     /* Windows [10, 15], [12, 17], [14, 19]: the first end is 15. */
     advance_to(&clk, p, 10 * MS);
@@ -202,9 +201,9 @@ Test(window, a_periodic_task_runs_in_each_window_and_its_grid_does_not_drift)
     chime_loop *l = loop_with(p, 3 * MS, 0);
     rec r = {.clk = &clk};
     chime_task *h;
-    cr_assert_eq(chime_loop_schedule_at_fixed_rate(l, rec_fn, &r, 10 * MS,
-                                                   10 * MS, &h),
-                 0);
+    cr_assert_eq(
+        chime_loop_schedule_at_fixed_rate(l, rec_fn, &r, 10 * MS, 10 * MS, &h),
+        0);
     for (int k = 1; k <= 5; k++) {
         advance_to(&clk, p, (10 * k + 2) * MS);
         cr_assert(!readable(l), "run %d: woke before its window's end", k);
@@ -306,9 +305,8 @@ Test(window, misuse_is_refused)
     cr_assert_eq(chime_task_set_slack(lt, 0, 4u), -EINVAL);
     cr_assert_eq(chime_task_set_slack(pt, 0, CHIME_SLACK_DEFERRABLE), -EINVAL,
                  "a pool task cannot be deferrable");
-    cr_assert_eq(chime_task_set_slack(lt, CHIME_FOREVER,
-                                      CHIME_SLACK_DEFERRABLE),
-                 0);
+    cr_assert_eq(
+        chime_task_set_slack(lt, CHIME_FOREVER, CHIME_SLACK_DEFERRABLE), 0);
     cr_assert_eq(chime_task_set_slack(pt, 10 * MS, 0), 0);
     cr_assert_eq(chime_task_cancel(pt, 0), 0);
     cr_assert_eq(chime_task_set_slack(pt, 10 * MS, 0), -EALREADY);
@@ -380,8 +378,9 @@ invariant_run(uint64_t seed, bool windows)
     itask *ts = calloc(N_TASKS, sizeof(*ts));
     cr_assert_not_null(ts);
     uint64_t x = seed;
-#define RND(n) ((x = x * 6364136223846793005ull + 1442695040888963407ull), \
-                (int64_t)((x >> 33) % (uint64_t)(n)))
+#define RND(n)                                                                 \
+    ((x = x * 6364136223846793005ull + 1442695040888963407ull),                \
+     (int64_t)((x >> 33) % (uint64_t)(n)))
     for (int i = 0; i < N_TASKS; i++) {
         itask *t = &ts[i];
         t->clk = &clk;
@@ -389,12 +388,11 @@ invariant_run(uint64_t seed, bool windows)
         t->timeout = 20 + RND(200);
         t->slack = windows ? RND(t->timeout / 4 + 1) : 0;
         t->due = t->timeout;
-        int rc = t->periodic
-                     ? chime_loop_schedule_at_fixed_rate(
-                           l, itask_fn, t, t->timeout * MS, t->timeout * MS,
-                           &t->h)
-                     : chime_loop_schedule(l, itask_fn, t, t->timeout * MS,
-                                           &t->h);
+        int rc =
+            t->periodic
+                ? chime_loop_schedule_at_fixed_rate(
+                      l, itask_fn, t, t->timeout * MS, t->timeout * MS, &t->h)
+                : chime_loop_schedule(l, itask_fn, t, t->timeout * MS, &t->h);
         cr_assert_eq(rc, 0);
         if (t->slack != 0)
             cr_assert_eq(chime_task_set_slack(t->h, t->slack * MS, 0), 0);
