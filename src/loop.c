@@ -80,6 +80,10 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
     l->slack_flags = opts ? opts->slack_flags : 0;
     l->wake_at = INT64_MAX;
     atomic_init(&l->poll_at, INT64_MAX);
+    /* Read (and the counters written) by chime_loop_poll without a lock. */
+    CHIME_HB_ATOMIC(&l->poll_at);
+    CHIME_HB_ATOMIC(&l->polls);
+    CHIME_HB_ATOMIC(&l->poll_runs);
 
     CHIME_LOCK_POOL(&p->mu);
     rc = p->run_state != CHIME_POOL_RUNNING ? -ESHUTDOWN : 0;
