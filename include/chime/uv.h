@@ -159,10 +159,10 @@ CHIME_EXPORT int chime_uv_status(chime_uv *cu);
  *
  * See chime_loop_close(). The adapter is freed by the last close
  * callback, at the end of the loop's iteration (run the loop once more
- * before uv_loop_close()). A binding already closed with chime_loop_close() is
- * fine. detach(NULL) is a no-op. May be called from one of the binding's
- * own callbacks and from any libuv callback. Call it once: cu is invalid
- * afterwards.
+ * before uv_loop_close()). A binding already closed with
+ * chime_loop_close() is fine. detach(NULL) is a no-op. May be called from
+ * one of the binding's own callbacks and from any libuv callback. Call it
+ * once: cu is invalid afterwards.
  *
  * If the application has already closed one or both of the adapter's
  * handles itself (uv_is_closing(); a uv_walk() teardown), detach touches
@@ -171,15 +171,15 @@ CHIME_EXPORT int chime_uv_status(chime_uv *cu);
  * application's closes have completed (uv_run() ran since), else once they
  * all complete: a uv_prepare_t of the adapter's watches for the
  * application's and is closed then, so run the loop once more before
- * uv_loop_close(), as above. In that case detach must not
- * be called from inside a uv_walk() callback (the walk hides the handles
- * it has not reached yet, and detach looks for its handle with
- * uv_walk()): detach chime's handle from the walk instead, as the
- * teardown example above does.
+ * uv_loop_close(), as above. In that case detach must not be called from
+ * inside a uv_walk() callback (the walk hides the handles it has not
+ * reached yet, and detach looks for its handles with uv_walk()): detach
+ * from the walk when it meets chime's handle instead, as the teardown
+ * example above does.
  * @param cu The adapter (NULL: nothing to do).
  * @retval 0 Success (or cu NULL).
  * @retval -EPERM chime_loop_close() refused: not the loop thread (then
- *         nothing is done: the handle watches again if it did before).
+ *         nothing is done: the handles watch again if they did before).
  * @retval -ECHILD chime_loop_close() refused: a forked child (then nothing
  *         is done, as above).
  * @par Thread-safety:
