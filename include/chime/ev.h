@@ -26,6 +26,11 @@ extern "C" {
  * call libev: every callback of the binding runs inside the ev loop's own
  * thread (no ev_async, no locking of the loop).
  *
+ * The adapter also calls chime_loop_poll() on every iteration of the loop
+ * (from an unreferenced ev_check, after libev's poll), so deferrable and
+ * windowed tasks (chime_task_set_slack()) ride the loop's other wake-ups
+ * instead of causing their own.
+ *
  * @code
  * chime_ev *ce;
  * chime_ev_attach(pool, EV_DEFAULT, NULL, &ce);
@@ -36,8 +41,8 @@ extern "C" {
  * @par What stops the adapter for good
  * When dispatch cannot run, the fd stays readable and a watcher that kept
  * polling it would spin the loop at 100% CPU. So the adapter stops watching
- * by itself when dispatch answers one of these codes, or libev reports
- * EV_ERROR:
+ * (both its watchers) by itself when dispatch or chime_loop_poll() answers
+ * one of these codes, or libev reports EV_ERROR:
  * - -EPERM: ev_run on another thread than the binding's loop thread;
  * - -ECHILD: a forked child runs an inherited loop after ev_loop_fork();
  * - -ESHUTDOWN: the binding was closed with chime_loop_close() instead of
@@ -50,12 +55,13 @@ extern "C" {
  * @par Recursive loops
  * A binding callback may run the ev loop recursively (ev_run inside a
  * callback): the adapter then stops watching until the outer dispatch
- * returns (chime_loop_dispatch() cannot recurse) and starts again after it.
+ * returns (chime_loop_dispatch() cannot recurse) and starts again after it;
+ * its check watcher does nothing in the nested iterations.
  *
  * @par Order of teardown
  * Each step on the loop thread, or while ev_run() is not running:
- * 1. chime_ev_detach(): stops the watcher, closes the binding (its pending
- *    tasks complete as cancelled), frees the adapter;
+ * 1. chime_ev_detach(): stops the watchers, closes the binding (its
+ *    pending tasks complete as cancelled), frees the adapter;
  * 2. ev_loop_destroy(): the loop may go once no chime watcher is on it;
  * 3. chime_pool_destroy(): after every binding of the pool is closed (it
  *    returns -EBUSY otherwise).
@@ -69,12 +75,14 @@ typedef struct chime_ev chime_ev;
 
 /**
  * @brief Creates a binding on pool for evloop and starts an ev_io (EV_READ)
- * on its readiness fd whose callback runs chime_loop_dispatch().
+ * on its readiness fd whose callback runs chime_loop_dispatch(), and an
+ * ev_check whose callback runs chime_loop_poll() at every iteration.
  *
  * The thread that runs evloop becomes the binding's loop thread at its
  * first dispatch, unless opts->thread names it now (see
- * chime_loop_options). The watcher is active and referenced: ev_run() does
- * not return while the adapter watches.
+ * chime_loop_options). The ev_io is active and referenced: ev_run() does
+ * not return while the adapter watches. The ev_check is unreferenced
+ * (ev_unref()): it neither keeps ev_run() running nor wakes the loop.
  * @param pool The pool.
  * @param evloop The libev loop whose thread will run the callbacks.
  * @param opts Passed to chime_loop_new(); NULL: defaults.
@@ -119,7 +127,7 @@ CHIME_EXPORT chime_loop *chime_ev_loop(chime_ev *ce);
 CHIME_EXPORT int chime_ev_status(chime_ev *ce);
 
 /**
- * @brief Stops the watcher and closes the binding, then frees ce.
+ * @brief Stops the watchers and closes the binding, then frees ce.
  *
  * See chime_loop_close(). From inside the adapter's own dispatch, ce is
  * freed as soon as that dispatch returns. A binding already closed with
@@ -128,7 +136,7 @@ CHIME_EXPORT int chime_ev_status(chime_ev *ce);
  * @param ce The adapter (NULL: nothing to do).
  * @retval 0 Success (or ce NULL).
  * @retval -EPERM chime_loop_close() refused: not the loop thread (then
- *         nothing is done: the watcher watches again if it did before).
+ *         nothing is done: the watchers watch again if they did before).
  * @retval -ECHILD chime_loop_close() refused: a forked child (then nothing
  *         is done, as above).
  * @par Thread-safety:

@@ -71,6 +71,16 @@ extern "C" {
  * main loop inside one of the binding's callbacks then does not dispatch
  * the binding (and does not poll its fd).
  *
+ * @par Deferrable and windowed tasks
+ * Unlike the libuv and libev adapters, the source does not call
+ * chime_loop_poll() on the context's other wake-ups: GLib lets no source
+ * run callbacks from its prepare or check, and a source ready at every
+ * iteration would starve the context's lower priorities (or, given the
+ * lowest, miss every wake-up of a higher one). Such tasks run at the
+ * binding's own dispatches (a post, an exact timer, a window's end);
+ * call chime_loop_poll() from your own callbacks on the context's thread
+ * to let them ride other wake-ups.
+ *
  * @par Order of teardown
  * 1. g_source_destroy(src), then g_source_unref(src) (or let the context's
  *    reference go: any order, any thread). GLib stops polling the fd, and

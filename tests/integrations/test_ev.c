@@ -6,9 +6,10 @@
  * callback may run the loop recursively; every answer of
  * chime_loop_dispatch() that cannot make progress (-EPERM, -ESHUTDOWN,
  * -ECHILD) stops the watcher, so ev_run() returns instead of spinning on a
- * readable fd; and teardown (detach, ev_loop_destroy, chime_pool_destroy)
- * leaves nothing behind (ev_run() answers whether a watcher is left; ASan
- * checks the memory).
+ * readable fd; deferrable and windowed tasks (issue 37) never wake the loop
+ * and ride its own wake-ups through the adapter's ev_check; and teardown
+ * (detach, ev_loop_destroy, chime_pool_destroy) leaves nothing behind (ev_run()
+ * answers whether a watcher is left; ASan checks the memory).
  *
  * Every rig has a watchdog: an unreferenced ev_timer (it does not keep
  * ev_run alive) that breaks the loop after T_LONG_NS. A test where ev_run
@@ -21,6 +22,7 @@
 
 #include <errno.h>
 #include <ev.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -68,16 +70,13 @@ watchdog_cb(struct ev_loop *evl, ev_timer *t, int revents)
 }
 
 static void
-rig_init(rig *r, unsigned threads, unsigned batch_limit)
+rig_init_opts(rig *r, unsigned threads, const chime_loop_options *o)
 {
     memset(r, 0, sizeof *r);
     r->pool = pool_with(threads);
     r->evl = ev_loop_new(EVBACKEND_EPOLL | EVFLAG_NOENV);
     cr_assert_not_null(r->evl);
-    chime_loop_options o;
-    chime_loop_options_init(&o);
-    o.batch_limit = batch_limit;
-    cr_assert_eq(chime_ev_attach(r->pool, r->evl, &o, &r->ce), 0);
+    cr_assert_eq(chime_ev_attach(r->pool, r->evl, o, &r->ce), 0);
     r->loop = chime_ev_loop(r->ce);
     cr_assert_not_null(r->loop);
     cr_assert_eq(chime_ev_status(r->ce), 0);
@@ -85,6 +84,27 @@ rig_init(rig *r, unsigned threads, unsigned batch_limit)
     r->watchdog.data = r;
     ev_timer_start(r->evl, &r->watchdog);
     ev_unref(r->evl);
+}
+
+static void
+rig_init(rig *r, unsigned threads, unsigned batch_limit)
+{
+    chime_loop_options o;
+    chime_loop_options_init(&o);
+    o.batch_limit = batch_limit;
+    rig_init_opts(r, threads, &o);
+}
+
+/* A rig whose binding makes every task deferrable, without an end to its
+ * window, unless the task says otherwise (chime_task_set_slack). */
+static void
+rig_init_deferrable(rig *r)
+{
+    chime_loop_options o;
+    chime_loop_options_init(&o);
+    o.slack_ns = CHIME_FOREVER;
+    o.slack_flags = CHIME_SLACK_DEFERRABLE;
+    rig_init_opts(r, 1, &o);
 }
 
 /* Runs the loop on the calling thread until it has nothing left to do. */
@@ -470,6 +490,245 @@ Test(ev, echild_stops_the_watcher_in_a_forked_child)
     cr_assert_eq(atomic_load(&n), 1);
     chime_task_release(h);
     rig_finish(&r);
+}
+
+/* ---- windows (issue 37): the check watcher's chime_loop_poll ----------- */
+
+typedef struct ride {
+    rig *r;
+    ev_io wake;              /* the loop's own reason to wake, once */
+    int pipe[2];             /* wake's pipe */
+    atomic_bool sent;        /* the pipe was written */
+    atomic_int runs;         /* the binding's tasks run */
+    atomic_int early;        /* of them, run before the send */
+    chime_loop_stats at_run; /* ride_detach_fn: the stats when it ran */
+} ride;
+
+/* The pipe's watcher fires once. libev runs the iteration's check watchers
+ * before the watchers its poll found (they are queued last and run
+ * first), so the task may run before this callback, in the same
+ * iteration. (A pipe rather than an ev_async: helgrind cannot see the
+ * fences that ev_async_send synchronises with.) */
+static void
+wake_cb(struct ev_loop *evl, ev_io *w, int revents)
+{
+    (void)revents;
+    ride *rd = w->data;
+    on_loop_thread(rd->r);
+    char c;
+    if (read(rd->pipe[0], &c, 1) != 1)
+        atomic_fetch_add(&rd->r->th.errors, 1);
+    ev_io_stop(evl, w);
+}
+
+static void
+ride_init(ride *rd, rig *r)
+{
+    memset(rd, 0, sizeof *rd);
+    rd->r = r;
+    cr_assert_eq(pipe(rd->pipe), 0);
+    ev_io_init(&rd->wake, wake_cb, rd->pipe[0], EV_READ);
+    rd->wake.data = rd;
+    ev_io_start(r->evl, &rd->wake);
+}
+
+static void
+ride_send(ride *rd)
+{
+    atomic_store(&rd->sent, true);
+    cr_assert_eq(write(rd->pipe[1], "x", 1), 1);
+}
+
+/* After the loop is gone (the watcher stopped when it fired). */
+static void
+ride_fini(ride *rd)
+{
+    close(rd->pipe[0]);
+    close(rd->pipe[1]);
+}
+
+static int
+ride_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    ride *rd = arg;
+    on_loop_thread(rd->r);
+    if (!atomic_load(&rd->sent))
+        atomic_fetch_add(&rd->early, 1);
+    atomic_fetch_add(&rd->runs, 1);
+    return 0;
+}
+
+/* The bound of a deadline just set delay_ns from now: no deadline set
+ * before this call is later. */
+static int64_t
+deadline_bound(int64_t delay_ns)
+{
+    return chime_now_ns() + delay_ns;
+}
+
+/* With the loop on its own thread: a deferrable task (the binding's
+ * default, no end) and a windowed one (a window far longer than the test)
+ * pass their 5 ms deadlines while the loop sleeps: neither makes the fd
+ * readable, so the loop does not wake (no iteration, no poll). A pipe
+ * of the loop's own then wakes it, and the check watcher's chime_loop_poll
+ * runs both tasks in that iteration, in one poll's dispatch; the binding
+ * never signalled its fd (no eventfd write, no timerfd expiry). */
+Test(ev, deferrable_and_windowed_tasks_ride_the_loops_own_wakeup_and_cause_none)
+{
+    rig r;
+    rig_init_deferrable(&r);
+    ride rd;
+    ride_init(&rd, &r);
+    rig_start_thread(&r);
+    chime_task *h[2] = {0};
+    cr_assert_eq(chime_loop_schedule(r.loop, ride_fn, &rd, 5 * MS, &h[0]), 0);
+    cr_assert_eq(chime_loop_schedule(r.loop, ride_fn, &rd, 5 * MS, &h[1]), 0);
+    cr_assert_eq(chime_task_set_slack(h[1], T_FAR_NS, 0), 0);
+    int64_t due = deadline_bound(5 * MS);
+    cr_assert(T_WAIT_UNTIL(chime_now_ns() > due + T_QUIET_NS, T_LONG_NS));
+    cr_assert_not(readable(r.loop), "a task with a window signalled the fd");
+    chime_loop_stats st = lstats(r.loop);
+    cr_assert_eq(atomic_load(&rd.runs), 0, "a task woke the loop");
+    cr_assert_eq(st.polls, 0, "the loop woke %" PRIu64 " times", st.polls);
+    cr_assert_eq(st.timer_fires, 0);
+    ride_send(&rd);
+    cr_assert(T_WAIT_UNTIL(atomic_load(&rd.runs) == 2 &&
+                               lstats(r.loop).poll_runs == 1,
+                           T_LONG_NS),
+              "%d of 2 tasks ran after the loop woke", atomic_load(&rd.runs));
+    cr_assert_eq(atomic_load(&rd.early), 0);
+    /* the binding never signalled its fd: every dispatch was a poll's */
+    st = lstats(r.loop);
+    cr_assert_eq(st.timer_fires, 0);
+    cr_assert_eq(st.wakeups, 0);
+    cr_assert_eq(st.drains, 0);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(chime_task_wait(h[i], 0, NULL), 0);
+    rig_stop_thread(&r);
+    rig_finish(&r);
+    ride_fini(&rd);
+    t_release_all(h, 2);
+}
+
+/* Detaches from inside the check watcher's dispatch. */
+static int
+ride_detach_fn(chime_task *self, void *arg, void **result)
+{
+    ride *rd = arg;
+    ride_fn(self, arg, result);
+    rd->at_run = lstats(rd->r->loop);
+    if (chime_ev_detach(rd->r->ce) != 0)
+        atomic_fetch_add(&rd->r->th.errors, 1);
+    rd->r->ce = NULL;
+    return 0;
+}
+
+/* A deferrable task run by the check watcher (the fd never became
+ * readable) detaches: the adapter is freed after that dispatch, ev_run
+ * returns, and no watcher is left nor any reference unbalanced
+ * (rig_finish). */
+Test(ev, a_task_the_check_watcher_ran_may_detach)
+{
+    rig r;
+    rig_init_deferrable(&r);
+    ride rd;
+    ride_init(&rd, &r);
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule(r.loop, ride_detach_fn, &rd, 5 * MS, &h),
+                 0);
+    int64_t due = deadline_bound(5 * MS);
+    cr_assert(T_WAIT_UNTIL(chime_now_ns() > due, T_LONG_NS));
+    cr_assert_not(readable(r.loop));
+    ride_send(&rd);
+    rig_run_here(&r);
+    cr_assert_eq(atomic_load(&rd.runs), 1);
+    cr_assert_eq(rd.at_run.dispatch_calls, 1, "not the check's dispatch");
+    cr_assert_eq(rd.at_run.timer_fires, 0);
+    cr_assert_eq(lstats(r.loop).poll_runs, 1);
+    rig_finish(&r);
+    ride_fini(&rd);
+    cr_assert_eq(chime_task_wait(h, 0, NULL), 0);
+    chime_task_release(h);
+}
+
+/* The check watcher's chime_loop_poll answers -EPERM (the loop runs on
+ * another thread than the binding's): both watchers stop, so ev_run
+ * returns (the io watcher would otherwise keep it alive with nothing to
+ * do), with every reference balanced. */
+Test(ev, eperm_from_the_check_watchers_poll_stops_the_adapter)
+{
+    rig r;
+    rig_init_deferrable(&r);
+    cr_assert_eq(run_on_thread(t_do_set_thread, r.loop), 0);
+    ride rd;
+    ride_init(&rd, &r);
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule(r.loop, ride_fn, &rd, 5 * MS, &h), 0);
+    int64_t due = deadline_bound(5 * MS);
+    cr_assert(T_WAIT_UNTIL(chime_now_ns() > due, T_LONG_NS));
+    ride_send(&rd);
+    r.th.tid = pthread_self();
+    cr_assert_eq(ev_run(r.evl, 0), 0); /* returns: the watchers stopped */
+    cr_assert_not(r.watchdog_fired, "ev_run did not return");
+    cr_assert_eq(chime_ev_status(r.ce), -EPERM);
+    cr_assert_eq(atomic_load(&rd.runs), 0);
+    rig_detach_and_finish(&r);
+    ride_fini(&rd);
+    cr_assert_eq(chime_task_wait(h, 0, NULL), -ECANCELED);
+    chime_task_release(h);
+}
+
+/* Two deferrable tasks due at once, one callback per dispatch: the first
+ * to run runs the loop recursively while the other is still due, so the
+ * nested iteration's check watcher must leave it alone (a poll there would
+ * answer -EBUSY); the second one to run detaches. */
+typedef struct nest2 {
+    rig *r;
+    int ran;       /* loop thread */
+    int status_in; /* chime_ev_status inside the nested run */
+} nest2;
+
+static int
+nest_due_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    nest2 *n = arg;
+    on_loop_thread(n->r);
+    if (++n->ran == 1) {
+        ev_run(n->r->evl, EVRUN_NOWAIT);
+        n->status_in = chime_ev_status(n->r->ce);
+    } else if (chime_ev_detach(n->r->ce) == 0) {
+        n->r->ce = NULL;
+    }
+    return 0;
+}
+
+Test(ev, a_task_the_check_watcher_ran_may_run_the_loop_recursively)
+{
+    rig r;
+    chime_loop_options o;
+    chime_loop_options_init(&o);
+    o.batch_limit = 1;
+    o.slack_ns = CHIME_FOREVER;
+    o.slack_flags = CHIME_SLACK_DEFERRABLE;
+    rig_init_opts(&r, 1, &o);
+    nest2 n = {.r = &r, .status_in = 1};
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(chime_loop_schedule(r.loop, nest_due_fn, &n, MS, NULL), 0);
+    int64_t due = chime_now_ns() + MS;
+    cr_assert(T_WAIT_UNTIL(chime_now_ns() > due, T_LONG_NS));
+    ride rd;
+    ride_init(&rd, &r);
+    ride_send(&rd); /* the loop's own reason to wake */
+    rig_run_here(&r);
+    cr_assert_eq(n.status_in, 0, "the adapter stopped for good: %d",
+                 n.status_in);
+    cr_assert_eq(n.ran, 2, "%d of 2 tasks ran", n.ran);
+    rig_finish(&r);
+    ride_fini(&rd);
 }
 
 /* ---- teardown ---------------------------------------------------------- */

@@ -5,10 +5,12 @@
  * neither starves the loop's other handles nor loses a wake-up; every
  * answer of chime_loop_dispatch() that cannot make progress (-EPERM,
  * -ESHUTDOWN, -ECHILD) stops the poll handle, so uv_run() returns instead
- * of spinning on a readable fd; and teardown (detach, one more uv_run for
- * the close callback, uv_loop_close, chime_pool_destroy) leaves nothing
- * behind (uv_loop_close() answers UV_EBUSY while a handle is left; ASan
- * checks the memory).
+ * of spinning on a readable fd; deferrable and windowed tasks (issue 37)
+ * never wake the loop and ride its own wake-ups through the adapter's check
+ * handle; and teardown (detach, one more uv_run for the close callbacks,
+ * uv_loop_close, chime_pool_destroy) leaves nothing behind, whoever closed
+ * the adapter's handles (uv_loop_close() answers UV_EBUSY while a handle
+ * is left; ASan and valgrind check the memory).
  *
  * Every rig has a watchdog: an unreferenced uv timer (it does not keep
  * uv_run alive) that stops the loop after T_LONG_NS. A test where uv_run
@@ -20,6 +22,7 @@
 #include "chime/uv.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -66,15 +69,12 @@ watchdog_cb(uv_timer_t *t)
 }
 
 static void
-rig_init(rig *r, unsigned threads, unsigned batch_limit)
+rig_init_opts(rig *r, unsigned threads, const chime_loop_options *o)
 {
     memset(r, 0, sizeof *r);
     r->pool = pool_with(threads);
     cr_assert_eq(uv_loop_init(&r->uvl), 0);
-    chime_loop_options o;
-    chime_loop_options_init(&o);
-    o.batch_limit = batch_limit;
-    cr_assert_eq(chime_uv_attach(r->pool, &r->uvl, &o, &r->cu), 0);
+    cr_assert_eq(chime_uv_attach(r->pool, &r->uvl, o, &r->cu), 0);
     r->loop = chime_uv_loop(r->cu);
     cr_assert_not_null(r->loop);
     cr_assert_eq(chime_uv_status(r->cu), 0);
@@ -84,6 +84,27 @@ rig_init(rig *r, unsigned threads, unsigned batch_limit)
                                 (uint64_t)(T_LONG_NS / MS), 0),
                  0);
     uv_unref((uv_handle_t *)&r->watchdog);
+}
+
+static void
+rig_init(rig *r, unsigned threads, unsigned batch_limit)
+{
+    chime_loop_options o;
+    chime_loop_options_init(&o);
+    o.batch_limit = batch_limit;
+    rig_init_opts(r, threads, &o);
+}
+
+/* A rig whose binding makes every task deferrable, without an end to its
+ * window, unless the task says otherwise (chime_task_set_slack). */
+static void
+rig_init_deferrable(rig *r)
+{
+    chime_loop_options o;
+    chime_loop_options_init(&o);
+    o.slack_ns = CHIME_FOREVER;
+    o.slack_flags = CHIME_SLACK_DEFERRABLE;
+    rig_init_opts(r, 1, &o);
 }
 
 /* Runs the loop on the calling thread until it has nothing left to do. */
@@ -428,6 +449,169 @@ Test(uv, echild_stops_the_poll_handle_in_a_forked_child)
     rig_finish(&r);
 }
 
+/* ---- windows (issue 37): the check handle's chime_loop_poll ------------ */
+
+typedef struct ride {
+    rig *r;
+    uv_async_t wake;         /* the loop's own reason to wake, once */
+    atomic_bool woken;       /* its callback ran */
+    atomic_int runs;         /* the binding's tasks run */
+    atomic_int early;        /* of them, run before the loop woke for `wake` */
+    chime_loop_stats at_run; /* ride_detach_fn: the stats when it ran */
+} ride;
+
+/* The async fires once: libuv runs it from its I/O poll, before the check
+ * handles of the same iteration. */
+static void
+wake_cb(uv_async_t *a)
+{
+    ride *rd = a->data;
+    on_loop_thread(rd->r);
+    atomic_store(&rd->woken, true);
+    uv_close((uv_handle_t *)a, NULL);
+}
+
+static void
+ride_init(ride *rd, rig *r)
+{
+    memset(rd, 0, sizeof *rd);
+    rd->r = r;
+    cr_assert_eq(uv_async_init(&r->uvl, &rd->wake, wake_cb), 0);
+    rd->wake.data = rd;
+}
+
+static int
+ride_fn(chime_task *self, void *arg, void **result)
+{
+    (void)self;
+    (void)result;
+    ride *rd = arg;
+    on_loop_thread(rd->r);
+    if (!atomic_load(&rd->woken))
+        atomic_fetch_add(&rd->early, 1);
+    atomic_fetch_add(&rd->runs, 1);
+    return 0;
+}
+
+/* The bound of a deadline just set delay_ns from now: no deadline set
+ * before this call is later. */
+static int64_t
+deadline_bound(int64_t delay_ns)
+{
+    return chime_now_ns() + delay_ns;
+}
+
+/* With the loop on its own thread: a deferrable task (the binding's
+ * default, no end) and a windowed one (a window far longer than the test)
+ * pass their 5 ms deadlines while the loop sleeps: neither makes the fd
+ * readable, so the loop does not wake (no iteration, no poll). An async
+ * handle of the loop's own then wakes it, and the check handle's
+ * chime_loop_poll runs both tasks in that very iteration, in one poll's
+ * dispatch; the binding never signalled its fd (no eventfd write, no
+ * timerfd expiry). */
+Test(uv, deferrable_and_windowed_tasks_ride_the_loops_own_wakeup_and_cause_none)
+{
+    rig r;
+    rig_init_deferrable(&r);
+    ride rd;
+    ride_init(&rd, &r);
+    rig_start_thread(&r);
+    chime_task *h[2] = {0};
+    cr_assert_eq(chime_loop_schedule(r.loop, ride_fn, &rd, 5 * MS, &h[0]), 0);
+    cr_assert_eq(chime_loop_schedule(r.loop, ride_fn, &rd, 5 * MS, &h[1]), 0);
+    cr_assert_eq(chime_task_set_slack(h[1], T_FAR_NS, 0), 0);
+    int64_t due = deadline_bound(5 * MS);
+    cr_assert(T_WAIT_UNTIL(chime_now_ns() > due + T_QUIET_NS, T_LONG_NS));
+    cr_assert_not(readable(r.loop), "a task with a window signalled the fd");
+    chime_loop_stats st = lstats(r.loop);
+    cr_assert_eq(atomic_load(&rd.runs), 0, "a task woke the loop");
+    cr_assert_eq(st.polls, 0, "the loop woke %" PRIu64 " times", st.polls);
+    cr_assert_eq(st.timer_fires, 0);
+    cr_assert_eq(uv_async_send(&rd.wake), 0);
+    cr_assert(T_WAIT_UNTIL(atomic_load(&rd.runs) == 2 &&
+                               lstats(r.loop).poll_runs == 1,
+                           T_LONG_NS),
+              "%d of 2 tasks ran after the loop woke", atomic_load(&rd.runs));
+    cr_assert_eq(atomic_load(&rd.early), 0);
+    /* the binding never signalled its fd: every dispatch was a poll's */
+    st = lstats(r.loop);
+    cr_assert_eq(st.timer_fires, 0);
+    cr_assert_eq(st.wakeups, 0);
+    cr_assert_eq(st.drains, 0);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(chime_task_wait(h[i], 0, NULL), 0);
+    rig_stop_thread(&r);
+    rig_finish(&r);
+    t_release_all(h, 2);
+}
+
+/* Detaches from inside the check handle's dispatch. */
+static int
+ride_detach_fn(chime_task *self, void *arg, void **result)
+{
+    ride *rd = arg;
+    ride_fn(self, arg, result);
+    rd->at_run = lstats(rd->r->loop);
+    if (chime_uv_detach(rd->r->cu) != 0)
+        atomic_fetch_add(&rd->r->th.errors, 1);
+    rd->r->cu = NULL;
+    return 0;
+}
+
+/* A deferrable task run by the check handle (the fd never became readable)
+ * detaches: uv_run returns once both handles' close callbacks ran, and
+ * nothing is left on the loop (rig_finish). */
+Test(uv, a_task_the_check_handle_ran_may_detach)
+{
+    rig r;
+    rig_init_deferrable(&r);
+    ride rd;
+    ride_init(&rd, &r);
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule(r.loop, ride_detach_fn, &rd, 5 * MS, &h),
+                 0);
+    int64_t due = deadline_bound(5 * MS);
+    cr_assert(T_WAIT_UNTIL(chime_now_ns() > due, T_LONG_NS));
+    cr_assert_not(readable(r.loop));
+    cr_assert_eq(uv_async_send(&rd.wake), 0);
+    rig_run_here(&r);
+    cr_assert_eq(atomic_load(&rd.runs), 1);
+    cr_assert_eq(atomic_load(&rd.early), 0);
+    cr_assert_eq(rd.at_run.dispatch_calls, 1, "not the check's dispatch");
+    cr_assert_eq(rd.at_run.timer_fires, 0);
+    cr_assert_eq(lstats(r.loop).poll_runs, 1);
+    rig_finish(&r);
+    cr_assert_eq(chime_task_wait(h, 0, NULL), 0);
+    chime_task_release(h);
+}
+
+/* The check handle's chime_loop_poll answers -EPERM (the loop runs on
+ * another thread than the binding's): both handles stop, so uv_run returns
+ * (the poll handle would otherwise keep it alive with nothing to do). */
+Test(uv, eperm_from_the_check_handles_poll_stops_the_adapter)
+{
+    rig r;
+    rig_init_deferrable(&r);
+    cr_assert_eq(run_on_thread(t_do_set_thread, r.loop), 0);
+    ride rd;
+    ride_init(&rd, &r);
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule(r.loop, ride_fn, &rd, 5 * MS, &h), 0);
+    int64_t due = deadline_bound(5 * MS);
+    cr_assert(T_WAIT_UNTIL(chime_now_ns() > due, T_LONG_NS));
+    cr_assert_eq(uv_async_send(&rd.wake), 0);
+    r.th.tid = pthread_self();
+    uv_run(&r.uvl, UV_RUN_DEFAULT);
+    cr_assert_not(r.watchdog_fired, "uv_run did not return");
+    cr_assert(atomic_load(&rd.woken));
+    cr_assert_eq(chime_uv_status(r.cu), -EPERM);
+    cr_assert_not(uv_loop_alive(&r.uvl), "the poll handle is active");
+    cr_assert_eq(atomic_load(&rd.runs), 0);
+    rig_detach_and_finish(&r);
+    cr_assert_eq(chime_task_wait(h, 0, NULL), -ECANCELED);
+    chime_task_release(h);
+}
+
 /* ---- teardown ---------------------------------------------------------- */
 
 typedef struct later {
@@ -543,6 +727,111 @@ Test(uv, detach_after_a_walk_closed_every_handle_before_the_closes_ran)
     cr_assert_eq(chime_pool_destroy(r.pool), 0);
 }
 
+/* The application's close callback of its own: counts. */
+static int app_closes;
+
+static void
+count_close(uv_handle_t *h)
+{
+    (void)h;
+    app_closes++;
+}
+
+/* A walk that closes the handles of one type only (chime's poll handle, or
+ * its check handle: the rig has no other of either type). */
+static void
+close_of_type(uv_handle_t *h, void *arg)
+{
+    const uv_handle_type *type = arg;
+    if (h->type == *type && !uv_is_closing(h))
+        uv_close(h, count_close);
+}
+
+/* The application closed one of the adapter's handles, with a callback of
+ * its own; detach closes the binding and the other handle, and the adapter
+ * is freed once every close completed: right after (ran == false: the
+ * application's close is pending at detach, so the reaper waits for it) or
+ * after an iteration of the loop (its close has completed: the other
+ * handle's close callback frees the adapter). With the poll handle closed,
+ * that iteration's check handle stops by itself. */
+static void
+detach_after_closing_one(uv_handle_type type, bool ran)
+{
+    rig r;
+    rig_init(&r, 1, 0);
+    atomic_int n = 0;
+    chime_task *h = NULL;
+    cr_assert_eq(chime_loop_schedule(r.loop, t_count_fn, &n, T_FAR_NS, &h), 0);
+    app_closes = 0;
+    uv_walk(&r.uvl, close_of_type, &type);
+    if (ran)
+        uv_run(&r.uvl, UV_RUN_NOWAIT);
+    cr_assert_eq(app_closes, ran ? 1 : 0);
+    cr_assert_eq(chime_uv_detach(r.cu), 0);
+    r.cu = NULL;
+    rig_finish(&r);
+    cr_assert_eq(app_closes, 1);
+    cr_assert_eq(chime_task_wait(h, 0, NULL), -ECANCELED);
+    cr_assert_eq(atomic_load(&n), 0);
+    chime_task_release(h);
+}
+
+Test(uv, detach_after_a_walk_closed_only_the_poll_handle)
+{
+    detach_after_closing_one(UV_POLL, false);
+    detach_after_closing_one(UV_POLL, true);
+}
+
+Test(uv, detach_after_a_walk_closed_only_the_check_handle)
+{
+    detach_after_closing_one(UV_CHECK, false);
+    detach_after_closing_one(UV_CHECK, true);
+}
+
+/* The application's close callback detaches when it sees chime's handle of
+ * `detach_in` close (the walk closed all of them, chime's included): the
+ * closes run last-closed first, so from the check handle's callback the
+ * poll handle's close is still pending (the reaper waits for it), and from
+ * the poll handle's callback none is (the adapter goes at once). */
+static rig *closing_rig;
+static uv_handle_type detach_in;
+
+static void
+detach_on_close(uv_handle_t *h)
+{
+    app_closes++;
+    if (h->type == detach_in && closing_rig->cu != NULL) {
+        cr_assert_eq(chime_uv_detach(closing_rig->cu), 0);
+        closing_rig->cu = NULL;
+    }
+}
+
+static void
+close_all_detach_later(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, detach_on_close);
+}
+
+Test(uv, detach_from_the_applications_close_callback_of_either_handle)
+{
+    const uv_handle_type types[] = {UV_POLL, UV_CHECK};
+    for (int i = 0; i < 2; i++) {
+        rig r;
+        rig_init(&r, 1, 0);
+        closing_rig = &r;
+        detach_in = types[i];
+        app_closes = 0;
+        uv_walk(&r.uvl, close_all_detach_later, NULL);
+        cr_assert_eq(uv_run(&r.uvl, UV_RUN_DEFAULT), 0);
+        cr_assert_null(r.cu, "the close callback did not detach");
+        cr_assert_eq(app_closes, 3); /* poll, check, watchdog */
+        cr_assert_eq(uv_loop_close(&r.uvl), 0, "a handle is left on the loop");
+        cr_assert_eq(chime_pool_destroy(r.pool), 0);
+    }
+}
+
 /* A walk that recognises chime's handle detaches it instead of closing
  * it (uv.h, chime_uv_from_handle). */
 static void
@@ -558,12 +847,32 @@ close_or_detach(uv_handle_t *h, void *arg)
     }
 }
 
+/* Counts the handles chime_uv_from_handle() takes for the adapter arg. */
+static void
+count_recognised(uv_handle_t *h, void *arg)
+{
+    void **cu_and_n = arg;
+    chime_uv *cu = chime_uv_from_handle(h);
+    if (cu != NULL) {
+        cr_assert_eq(cu, cu_and_n[0]);
+        (*(int *)cu_and_n[1])++;
+    }
+    if (h->type == UV_CHECK) { /* active, and keeps no uv_run alive */
+        cr_assert(uv_is_active(h));
+        cr_assert_not(uv_has_ref(h));
+    }
+}
+
 Test(uv, a_walk_recognises_chimes_handle_and_detaches_it)
 {
     rig r;
     rig_init(&r, 1, 0);
     cr_assert_eq(chime_uv_from_handle((uv_handle_t *)&r.watchdog), NULL);
     cr_assert_eq(chime_uv_from_handle(NULL), NULL);
+    /* both of its handles: the poll handle and the check handle */
+    int recognised = 0;
+    uv_walk(&r.uvl, count_recognised, (void *[]){r.cu, &recognised});
+    cr_assert_eq(recognised, 2);
     int detached = 0;
     uv_walk(&r.uvl, close_or_detach, &detached);
     cr_assert_eq(detached, 1);
