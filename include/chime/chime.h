@@ -1871,11 +1871,12 @@ CHIME_EXPORT int chime_loop_dispatch(chime_loop *loop);
  * tasks ride that wake-up instead of causing one of their own.
  *
  * Costs a clock read and a comparison when nothing is due (no lock, no
- * system call); otherwise it is chime_loop_dispatch(). The libuv, libev
- * and GLib adapters call it on every iteration of their loop (a
- * prepare/check hook); with libevent 2.1, which has none, or a loop of
- * your own, call it where your loop wakes (after epoll_wait returns, or
- * at the end of a read callback). Calling it is never needed for
+ * system call); otherwise it is chime_loop_dispatch(). The libuv and
+ * libev adapters call it on every iteration of their loop (a check
+ * hook); with libevent 2.1 (no such hook), GLib (a source may not run
+ * callbacks from its check, see glib.h) or a loop of your own, call it
+ * where your loop wakes (after epoll_wait returns, or at the end of a
+ * read callback). Calling it is never needed for
  * correctness: every window's end still wakes the loop.
  * @return How many callbacks ran (>= 0), or as chime_loop_dispatch()
  * (-EPERM, -EBUSY and -ECHILD as there; -ESHUTDOWN: closed).
