@@ -89,8 +89,9 @@
  *   (chime_loop_get_stats: timer_fires, eventfd writes, timer_dispatches,
  *   timer_arms, polls, poll_runs, touch_requeues, per second of the
  *   window; chime_fd_wakeups_per_s is timer_fires + eventfd writes, the
- *   workload's formula applied to the binding's own fds), and the loop thread's voluntary context switches per second
- *   (each a sleep the kernel woke it from) as a cross-check.
+ *   workload's formula applied to the binding's own fds), and the loop
+ *   thread's voluntary context switches per second (each a sleep the kernel
+ *   woke it from) as a cross-check.
  * - CPU: getrusage(RUSAGE_THREAD) on the loop thread at MARK and STOP
  *   (loop_cpu_pct: % of one core); the whole process too (proc_cpu_pct:
  *   the client thread and chime's idle workers included).
@@ -802,7 +803,7 @@ client_main(void *arg)
     return NULL;
 }
 
-/* ---- the loop thread ------------------------------------------------------ */
+/* ---- the loop thread ---------------------------------------------------- */
 
 static void
 uv_close_all(uv_handle_t *h, void *arg)
@@ -871,8 +872,7 @@ loop_main(void *arg)
         tl_loop = false;
         uv_walk(&g.uvloop, uv_close_all, NULL);
         uv_run(&g.uvloop, UV_RUN_DEFAULT);
-        BENCH_CHECK(uv_loop_close(&g.uvloop) == 0, g.w, g.sys,
-                    "uv_loop_close");
+        BENCH_CHECK(uv_loop_close(&g.uvloop) == 0, g.w, g.sys, "uv_loop_close");
         return NULL;
     }
     rc = event_base_dispatch(g.base);
@@ -907,7 +907,8 @@ loop_main(void *arg)
     return NULL;
 }
 
-/* ---- report --------------------------------------------------------------- */
+/* ---- report ---------------------------------------------------------------
+ */
 
 static void
 report_lateness(const char *prefix, struct samples *s)
@@ -994,13 +995,13 @@ run(int argc, char **argv)
 {
     bool m8 = strcmp(g.w, "w8m") == 0;
     const char *mode = bench_sarg(argc, argv, "mode", "chime-exact");
-    g.kind = strncmp(mode, "chime", 5) == 0 ? S_CHIME
+    g.kind = strncmp(mode, "chime", 5) == 0  ? S_CHIME
              : strcmp(mode, "libevent") == 0 ? S_LIBEVENT
              : strcmp(mode, "libuv") == 0    ? S_LIBUV
                                              : -1;
-    BENCH_CHECK(g.kind >= 0 && (g.kind != S_CHIME ||
-                                strcmp(mode, "chime-exact") == 0 ||
-                                strcmp(mode, "chime-slack") == 0),
+    BENCH_CHECK(g.kind >= 0 &&
+                    (g.kind != S_CHIME || strcmp(mode, "chime-exact") == 0 ||
+                     strcmp(mode, "chime-slack") == 0),
                 g.w, mode, "unknown mode");
     g.slack = strcmp(mode, "chime-slack") == 0;
     g.rearm = strcmp(bench_sarg(argc, argv, "op", "touch"), "rearm") == 0;
@@ -1018,13 +1019,13 @@ run(int argc, char **argv)
 #endif
 
     g.c = bench_arg(argc, argv, "C", m8 ? 4000 : 10000);
-    g.timeout = bench_arg(argc, argv, "timeout_ms", m8 ? 2000 : 1000) *
-                CHIME_MSEC;
-    g.act_min = bench_arg(argc, argv, "act_min_ms", m8 ? 200 : 100) *
-                CHIME_MSEC;
-    g.act_span = bench_arg(argc, argv, "act_max_ms", m8 ? 600 : 300) *
-                     CHIME_MSEC -
-                 g.act_min;
+    g.timeout =
+        bench_arg(argc, argv, "timeout_ms", m8 ? 2000 : 1000) * CHIME_MSEC;
+    g.act_min =
+        bench_arg(argc, argv, "act_min_ms", m8 ? 200 : 100) * CHIME_MSEC;
+    g.act_span =
+        bench_arg(argc, argv, "act_max_ms", m8 ? 600 : 300) * CHIME_MSEC -
+        g.act_min;
     g.idle_pct = (int)bench_arg(argc, argv, "idle_pct", m8 ? 2 : 20);
     g.slack_ns = bench_arg(argc, argv, "slack_ms", m8 ? 100 : 50) * CHIME_MSEC;
     g.maint_n = bench_arg(argc, argv, "maint", m8 ? 0 : 1000);
@@ -1115,8 +1116,7 @@ main(int argc, char **argv)
         return 0;
     }
     if (argc < 2 || (strcmp(argv[1], "w8") != 0 && strcmp(argv[1], "w8m"))) {
-        fprintf(stderr, "usage: %s w8|w8m|features [key=value ...]\n",
-                argv[0]);
+        fprintf(stderr, "usage: %s w8|w8m|features [key=value ...]\n", argv[0]);
         return 1;
     }
     g.w = argv[1];
