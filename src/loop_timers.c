@@ -609,6 +609,10 @@ chime__timers_touched_locked(struct chime_loop *l, struct chime_task *t,
     int64_t end = chime__sat_add(touched, s->slack);
     if (end < l->wake_at)
         l->wake_at = end;
+    /* And chime_loop_poll must see it from its new deadline (a deferrable
+     * task with no end has no other way back: docs/model/window.pml). */
+    if (touched < atomic_load_explicit(&l->poll_at, memory_order_relaxed))
+        atomic_store_explicit(&l->poll_at, touched, memory_order_relaxed);
     return true;
 }
 
