@@ -144,9 +144,12 @@
  *   The protocol's own invariants: wake_ok (wake_at is at or before every
  *   pending window's end), due_ok (outside a dispatch a passed wake_at
  *   means the fd is readable or the kernel is about to fire: the premise
- *   of note's early return), shadow_ok, flag_ok (timers.pml's); with
- *   POLL_BOUND poll_ok (poll_at is at or before every real deadline), which
- *   the code breaks (model.md, Findings; FIX_TOUCHED_POLL_AT is the fix).
+ *   of note's early return), shadow_ok, flag_ok (timers.pml's).
+ *   With POLL_BOUND, poll_at's contract: poll_ok (an invariant: poll_at is
+ *   at or before every real deadline) and polled_ok (polls come at any
+ *   time; one that returns without a dispatch leaves no timer whose window
+ *   has opened). The code breaks both (model.md, Findings);
+ *   FIX_TOUCHED_POLL_AT is the fix the model proposes.
  *
  * Switches: TMAX (last deadline), SMAX (largest slack), NPROD producers
  * with NS schedules each, SELFSCHED schedules from callbacks, NOPS cancels
@@ -284,7 +287,7 @@ hidden byte j, m, me, md, nh, nr, en; /* d_step scratch */
 
 bool early_ok = true, late_ok = true, ready_ok = true, timer_ok = true;
 bool wake_ok = true, due_ok = true, shadow_ok = true, flag_ok = true;
-bool poll_ok = true, woke_ok = true, quiescent_ok = true;
+bool poll_ok = true, polled_ok = true, woke_ok = true, quiescent_ok = true;
 
 /* me: the earliest end, md: the earliest real deadline, over the heap
  * (without a touch-back between its store and its lock); nh, nr: heap and
@@ -927,6 +930,27 @@ active proctype loop()
     bool ran, spun, wl, act;
 end_poll:
     do
+#ifdef POLL_BOUND
+    :: d_step {
+        /* chime_loop_poll that finds now < poll_at and returns 0: no
+         * timer's window may have opened (polled_ok), or the poll misses
+         * a timer it promises to run */
+        npoll > 0 && now < poll_at ->
+        npoll--;
+        j = 0;
+        do
+        :: j < NT ->
+            if
+            :: ts[j] == T_HEAP && tb != j + 1 && tdue[j] <= now -> polled_ok = false
+            :: else -> skip
+            fi;
+            j++
+        :: else -> break
+        od;
+        j = 0;
+        assert(polled_ok)
+       }
+#endif
     :: atomic {
         (READABLE || (npoll > 0 && now >= poll_at) || spurdisp > 0) ->
         if
