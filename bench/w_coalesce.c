@@ -109,8 +109,10 @@
  *   way: our "due" may be those ns before chime's, so it can only count
  *   a run late that was on time by less than that. A run that never
  *   came is counted too: at STOP, a pending timer whose due + window +
- *   floor has passed is late. For chime systems a non-zero count of
- *   either is an INVARIANT (exit 2, after the figures are printed).
+ *   floor has passed is late. For chime-slack a non-zero count of
+ *   either is an INVARIANT (exit 2, after the figures are printed); for
+ *   chime-exact an early run or one that never came is (a late one is
+ *   printed: an exact deadline has no window to absorb a preemption).
  *   libevent and libuv count their deadlines from the time they cached
  *   at the top of the loop iteration (libevent's default base: the coarse
  *   clock, a few ms behind; libuv: whole ms), before our reading in the
@@ -1094,7 +1096,16 @@ run(int argc, char **argv)
         BENCH_CHECK(g.early == 0, g.w, g.sys,
                     "%llu runs before their deadline (the earliest %.1f us)",
                     (unsigned long long)g.early, g.early_max / 1e3);
-        BENCH_CHECK(g.late == 0, g.w, g.sys,
+        /* Late runs: enforced where windows are on, the subject of the
+         * goal. An exact timer has no window to absorb the loop thread
+         * being off the CPU (a preemption, the VM's steal time: a few ms
+         * about once a second on the 2-core VM, loop_preempted_per_s), so
+         * chime-exact's late runs are printed, as the peers' are; one
+         * that never ran fails every chime system. */
+        BENCH_CHECK(g.pending_late == 0, g.w, g.sys,
+                    "%llu timers never ran by deadline + window + %.0f us",
+                    (unsigned long long)g.pending_late, g.floor / 1e3);
+        BENCH_CHECK(!g.slack || g.late == 0, g.w, g.sys,
                     "%llu runs later than deadline + window + %.0f us "
                     "(%llu never ran; the latest %.1f us past the window)",
                     (unsigned long long)g.late, g.floor / 1e3,
