@@ -86,6 +86,9 @@ struct chime_loop {
                                      window's end (INT64_MAX: none); early is
                                      allowed (a spare dispatch recomputes it) */
     struct chime_wake_scan *scan; /* mu: scratch for that computation */
+    int64_t min_slack;            /* mu: at or below every timer's window
+                                     (lowered as timers come; INT64_MAX
+                                     again when none is left) */
     /* The earliest deadline among the timers (a lower bound), for
      * chime_loop_poll without the lock: written under mu, read by the
      * loop thread. */

@@ -79,6 +79,7 @@ chime_loop_new(chime_pool *p, const chime_loop_options *opts, chime_loop **out)
                                                  : opts->slack_ns;
     l->slack_flags = opts ? opts->slack_flags : 0;
     l->wake_at = INT64_MAX;
+    l->min_slack = INT64_MAX;
     atomic_init(&l->poll_at, INT64_MAX);
     /* Read (and the counters written) by chime_loop_poll without a lock. */
     CHIME_HB_ATOMIC(&l->poll_at);

@@ -333,6 +333,7 @@ chime__ready_close_locked(struct chime_loop *l)
     l->signalled = false;
     l->armed = INT64_MAX;
     l->wake_at = INT64_MAX;
+    l->min_slack = INT64_MAX;
 }
 
 void

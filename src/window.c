@@ -25,9 +25,13 @@
  *   dispatch handles, and O(1) for untouched exact tasks (the head's end
  *   is its key; no other key is below it).
  * - The walk is bounded (SCAN_LIMIT slots): past the bound the wake-up is
- *   the next key in order, which is early, so safe; that dispatch moves
- *   the keys it passed on. Keys move only where they did before windows
- *   (a dispatch finds them due), so the walk changes no slot.
+ *   the next key in order plus the smallest window any timer has
+ *   (min_slack: lowered as timers come, reset when none is left), which
+ *   is at or before every unvisited end, so safe; poll_at stays at that
+ *   key, so a host loop that polls moves the keys on without a wake-up
+ *   (with exact tasks about, min_slack is 0: the wake-up is at the key). Keys
+ * move only where they did before windows (a dispatch finds them due), so the
+ * walk changes no slot.
  * - `poll_at` (chime_loop_poll) is the head's key after that: the earliest
  *   a timer can be due, read by the loop thread without the lock.
  */
@@ -67,6 +71,16 @@ slot_due(const chime_timer_heap_slot *s)
         atomic_load_explicit(&s->task->activity, memory_order_relaxed),
         s->timeout);
     return touched > s->deadline ? touched : s->deadline;
+}
+
+void
+chime__window_slack_locked(struct chime_loop *l, chime_timer_heap_slot *s,
+                           int64_t slack)
+{
+    CHIME_ASSERT_HELD(&l->mu);
+    s->slack = slack;
+    if (slack < l->min_slack)
+        l->min_slack = slack;
 }
 
 void
@@ -167,7 +181,14 @@ earliest_end(struct chime_loop *l, int64_t *start)
         if (key >= best)
             break;
         if (++visits > SCAN_LIMIT) {
-            best = key; /* no end is before it: early, so safe */
+            /* No unvisited slot starts before key, nor ends before key +
+             * the smallest window any timer has: safe, and late enough
+             * that polls (poll_at stays at key) move the keys on first. */
+            int64_t end = chime__sat_add(key, l->min_slack);
+            if (end < best)
+                best = end;
+            if (key < *start)
+                *start = key;
             break;
         }
         uint32_t i = scan_pop(w);
@@ -197,6 +218,7 @@ rewake_locked(struct chime_loop *l)
 {
     if (l->timers.len == 0) {
         l->wake_at = INT64_MAX;
+        l->min_slack = INT64_MAX;
         atomic_store_explicit(&l->poll_at, INT64_MAX, memory_order_relaxed);
         return;
     }

@@ -343,6 +343,15 @@ Test(window, misuse_is_refused)
 #define N_TASKS 64
 #define STEPS 3000
 
+/* A schedule: n tasks, `touches` activities a step; windows: none (exact),
+ * random ones (0 .. a quarter of the timeout, a quarter of the tasks
+ * periodic), or idle timeouts (W_WIDE: one-shots of 200-400 ms, windows
+ * of 100 ms and more, a server's default: the binding's wake-up walk meets
+ * more touched timers than it visits, window.c's SCAN_LIMIT). With
+ * W_EXACT, the timeouts and periodic tasks of the W_RANDOM schedule, or of
+ * W_WIDE's if `idle`. */
+enum { W_EXACT, W_RANDOM, W_WIDE };
+
 typedef struct itask {
     t_clock *clk;
     chime_task *h;
@@ -370,23 +379,26 @@ itask_fn(chime_task *self, void *arg, void **result)
 }
 
 static uint64_t
-invariant_run(uint64_t seed, bool windows)
+invariant_run_n(uint64_t seed, int windows, bool idle, int n, int touches,
+                int steps)
 {
     t_clock clk;
     chime_pool *p = vpool(1, &clk);
     chime_loop *l = loop_here(p, 0);
-    itask *ts = calloc(N_TASKS, sizeof(*ts));
+    itask *ts = calloc((size_t)n, sizeof(*ts));
     cr_assert_not_null(ts);
     uint64_t x = seed;
 #define RND(n)                                                                 \
     ((x = x * 6364136223846793005ull + 1442695040888963407ull),                \
      (int64_t)((x >> 33) % (uint64_t)(n)))
-    for (int i = 0; i < N_TASKS; i++) {
+    for (int i = 0; i < n; i++) {
         itask *t = &ts[i];
         t->clk = &clk;
-        t->periodic = i % 4 == 0;
-        t->timeout = 20 + RND(200);
-        t->slack = windows ? RND(t->timeout / 4 + 1) : 0;
+        t->periodic = !idle && i % 4 == 0;
+        t->timeout = idle ? 200 + RND(200) : 20 + RND(200);
+        t->slack = windows == W_EXACT  ? 0
+                   : windows == W_WIDE ? 100 + RND(t->timeout / 4)
+                                       : RND(t->timeout / 4 + 1);
         t->due = t->timeout;
         int rc =
             t->periodic
@@ -398,12 +410,12 @@ invariant_run(uint64_t seed, bool windows)
             cr_assert_eq(chime_task_set_slack(t->h, t->slack * MS, 0), 0);
     }
     uint64_t wakes = 0;
-    for (int step = 1; step <= STEPS; step++) {
+    for (int step = 1; step <= steps; step++) {
         t_clock_advance(&clk, p, MS);
         int64_t now = step;
         /* Activity on a few one-shots: touched, or re-armed. */
-        for (int k = 0; k < 2; k++) {
-            itask *t = &ts[RND(N_TASKS)];
+        for (int k = 0; k < touches; k++) {
+            itask *t = &ts[RND(n)];
             if (t->periodic || t->due < 0 || t->due <= now)
                 continue;
             int rc = RND(2) ? chime_task_touch(t->h)
@@ -416,7 +428,7 @@ invariant_run(uint64_t seed, bool windows)
             cr_assert_geq(chime_loop_dispatch(l), 0);
         }
         /* Finished one-shots come back as new connections. */
-        for (int i = 0; i < N_TASKS; i++) {
+        for (int i = 0; i < n; i++) {
             itask *t = &ts[i];
             if (t->periodic || t->due >= 0)
                 continue;
@@ -429,7 +441,7 @@ invariant_run(uint64_t seed, bool windows)
         }
     }
     int runs = 0;
-    for (int i = 0; i < N_TASKS; i++) {
+    for (int i = 0; i < n; i++) {
         itask *t = &ts[i];
         cr_assert_eq(atomic_load(&t->early), 0, "seed %llu task %d ran early",
                      (unsigned long long)seed, i);
@@ -440,11 +452,118 @@ invariant_run(uint64_t seed, bool windows)
         chime_task_cancel(t->h, 0);
         chime_task_release(t->h);
     }
-    cr_assert_gt(runs, N_TASKS, "the schedule ran too little to judge");
+    cr_assert_gt(runs, n, "the schedule ran too little to judge");
     free(ts);
     cr_assert_eq(chime_loop_close(l), 0);
     cr_assert_eq(chime_pool_destroy(p), 0);
     return wakes;
+}
+
+static uint64_t
+invariant_run(uint64_t seed, bool windows)
+{
+    return invariant_run_n(seed, windows ? W_RANDOM : W_EXACT, false, N_TASKS,
+                           2, STEPS);
+}
+
+/* 5,000 idle timeouts, 50 of them touched or re-armed every ms (each
+ * every 100 ms or so, so that few expire): the wake-up walk stops at its
+ * bound (more touched timers before the first window's end than it
+ * visits), and must still wake the loop by every window's end. */
+Test(window, many_touched_timers_past_the_walk_bound_keep_every_window)
+{
+    uint64_t base = seed_from_env("window");
+    for (uint64_t k = 0; k < 2; k++) {
+        uint64_t exact =
+            invariant_run_n(base + k, W_EXACT, true, 5000, 50, 2000);
+        uint64_t wide = invariant_run_n(base + k, W_WIDE, true, 5000, 50, 2000);
+        cr_log_info("seed %llu: %llu wake-ups exact, %llu with windows",
+                    (unsigned long long)(base + k), (unsigned long long)exact,
+                    (unsigned long long)wide);
+        cr_assert_lt(wide, exact, "seed %llu: windows saved no wake-up",
+                     (unsigned long long)(base + k));
+    }
+}
+
+/* The walk's bound, exactly: 600 timers touched after they were armed
+ * (keys at 1000-1060 ms, real deadlines at 1200 ms and later, windows of
+ * 100 ms) sit before an untouched one, B (key 1055 ms, window to 1155
+ * ms), which the walk never reaches (window.c's SCAN_LIMIT, 512). The
+ * wake-up must be the bound's key + the smallest window (1151.2 ms): not
+ * at the key (a wake-up for nothing), not later (B would run after its
+ * window) nor at the visited ends (1300 ms); and chime_loop_poll must see
+ * B from the bound's key on. */
+typedef struct walk_bound {
+    t_clock clk;
+    chime_pool *p;
+    chime_loop *l;
+    chime_task *a[600], *b, *c;
+    rec rb, rc;
+} walk_bound;
+
+static void
+walk_bound_setup(walk_bound *w)
+{
+    w->p = vpool(1, &w->clk);
+    w->l = loop_with(w->p, 100 * MS, 0);
+    for (int i = 0; i < 600; i++)
+        cr_assert_eq(chime_loop_schedule(w->l, t_noop_fn, NULL,
+                                         1000 * MS + i * (MS / 10), &w->a[i]),
+                     0);
+    advance_to(&w->clk, w->p, 200 * MS);
+    for (int i = 0; i < 600; i++)
+        cr_assert_eq(chime_task_touch(w->a[i]), 0);
+    w->rb.clk = w->rc.clk = &w->clk;
+    cr_assert_eq(chime_loop_schedule(w->l, rec_fn, &w->rb, 855 * MS, &w->b), 0);
+    /* A timer due at 250 ms (window to 350 ms): the dispatch that runs it
+     * computes the next wake-up with the walk. */
+    cr_assert_eq(chime_loop_schedule(w->l, rec_fn, &w->rc, 50 * MS, &w->c), 0);
+    advance_to(&w->clk, w->p, 349 * MS);
+    cr_assert(!readable(w->l));
+    advance_to(&w->clk, w->p, 350 * MS);
+    cr_assert(readable(w->l));
+    cr_assert_eq(chime_loop_dispatch(w->l), 1);
+    cr_assert_eq(atomic_load(&w->rc.runs), 1);
+}
+
+static void
+walk_bound_teardown(walk_bound *w)
+{
+    for (int i = 0; i < 600; i++) {
+        chime_task_cancel(w->a[i], 0);
+        chime_task_release(w->a[i]);
+    }
+    chime_task_release(w->b);
+    chime_task_release(w->c);
+    cr_assert_eq(chime_loop_close(w->l), 0);
+    cr_assert_eq(chime_pool_destroy(w->p), 0);
+}
+
+Test(window, the_walk_bound_wakes_by_every_unvisited_window)
+{
+    static walk_bound w;
+    walk_bound_setup(&w);
+    advance_to(&w.clk, w.p, 1151 * MS);
+    cr_assert(!readable(w.l), "woke before the bound's key + window");
+    advance_to(&w.clk, w.p, 1152 * MS);
+    cr_assert(readable(w.l), "B's window ends at 1155 ms: no wake-up yet");
+    cr_assert_geq(chime_loop_dispatch(w.l), 1);
+    cr_assert_eq(atomic_load(&w.rb.runs), 1);
+    walk_bound_teardown(&w);
+}
+
+Test(window, a_poll_sees_a_deadline_past_the_walk_bound)
+{
+    static walk_bound w;
+    walk_bound_setup(&w);
+    advance_to(&w.clk, w.p, 1054 * MS);
+    cr_assert(!readable(w.l));
+    cr_assert_eq(chime_loop_poll(w.l), 0);
+    cr_assert_eq(atomic_load(&w.rb.runs), 0);
+    advance_to(&w.clk, w.p, 1056 * MS);
+    cr_assert_geq(chime_loop_poll(w.l), 1, "the poll missed B's deadline");
+    cr_assert_eq(atomic_load(&w.rb.runs), 1);
+    walk_bound_teardown(&w);
 }
 
 Test(window, no_run_before_its_deadline_or_after_its_window_and_fewer_wake_ups)
