@@ -268,7 +268,7 @@ push_locked(struct chime_loop *l, struct chime_task *t, int64_t deadline,
     } else {
         s->timeout = 0;
     }
-    chime__window_slack_locked(l, s, chime__window_of(l, t));
+    chime__window_slack_locked(l, s);
     chime__window_note_locked(l, deadline, chime__sat_add(deadline, s->slack),
                               now);
     return 0;
@@ -602,7 +602,7 @@ chime__timers_touched_locked(struct chime_loop *l, struct chime_task *t,
         atomic_store_explicit(&l->has_timers, true, memory_order_relaxed);
     chime_timer_heap_slot *s = slot_of(l, t);
     s->timeout = timeout;
-    chime__window_slack_locked(l, s, chime__window_of(l, t));
+    chime__window_slack_locked(l, s);
     l->st.touch_requeues++;
     /* Its window from its new deadline: the end of this dispatch arms for
      * it if it is the earliest (wake_at lowered here, no syscall now). */
@@ -638,7 +638,7 @@ chime__timers_window_changed_locked(struct chime_loop *l, struct chime_task *t)
         !(t->flags & CHIME_TF_INHEAP))
         return; /* its next run takes it */
     chime_timer_heap_slot *s = slot_of(l, t);
-    chime__window_slack_locked(l, s, chime__window_of(l, t));
+    chime__window_slack_locked(l, s);
     int64_t due = chime__timers_deadline_locked(l, t);
     chime__window_note_locked(l, due, chime__sat_add(due, s->slack),
                               chime__pool_now(l->pool));

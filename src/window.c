@@ -28,10 +28,10 @@
  *   the next key in order plus the smallest window any timer has
  *   (min_slack: lowered as timers come, reset when none is left), which
  *   is at or before every unvisited end, so safe; poll_at stays at that
- *   key, so a host loop that polls moves the keys on without a wake-up
- *   (with exact tasks about, min_slack is 0: the wake-up is at the key). Keys
- * move only where they did before windows (a dispatch finds them due), so the
- * walk changes no slot.
+ *   key, so a host loop that polls moves the keys on without a wake-up.
+ *   With an exact timer about, min_slack is 0: the wake-up is the key.
+ * - Keys move only where they did before windows (a dispatch finds them
+ *   due), so the walk changes no slot.
  * - `poll_at` (chime_loop_poll) is the head's key after that: the earliest
  *   a timer can be due, read by the loop thread without the lock.
  */
@@ -74,13 +74,12 @@ slot_due(const chime_timer_heap_slot *s)
 }
 
 void
-chime__window_slack_locked(struct chime_loop *l, chime_timer_heap_slot *s,
-                           int64_t slack)
+chime__window_slack_locked(struct chime_loop *l, chime_timer_heap_slot *s)
 {
     CHIME_ASSERT_HELD(&l->mu);
-    s->slack = slack;
-    if (slack < l->min_slack)
-        l->min_slack = slack;
+    s->slack = chime__window_of(l, s->task);
+    if (s->slack < l->min_slack)
+        l->min_slack = s->slack;
 }
 
 void

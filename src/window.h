@@ -12,10 +12,9 @@
  * binding's default; INT64_MAX: no end. */
 int64_t chime__window_of(const struct chime_loop *l,
                          const struct chime_task *t);
-/* Gives a timer's slot of l its window (chime__window_of), keeping
+/* Gives a timer's slot of l its task's window (chime__window_of), keeping
  * l->min_slack at or below every slot's. */
-void chime__window_slack_locked(struct chime_loop *l, chime_timer_heap_slot *s,
-                                int64_t slack);
+void chime__window_slack_locked(struct chime_loop *l, chime_timer_heap_slot *s);
 /* A timer of l was pushed or moved to run from start (its real deadline)
  * until end: the binding dispatches by end (the eventfd if end has
  * passed, else the timerfd if it is set for later than the binding's new
